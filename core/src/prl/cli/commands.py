@@ -1,0 +1,192 @@
+"""The config-driven commands: rl, sft, eval, inference, orchestrator, trainer, env-server.
+
+Each resolves its root config from ``@ files`` and flags, then hands over to the installed
+machinery; a missing piece is named plainly and the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from prl.cli.errors import MissingMachinery
+from prl.config.errors import ConfigError
+from prl.config.help import render_help
+from prl.config.resolve import Resolved, resolve
+from prl.runs import RunPaths, generate_name, prepare_run, run_dir_of
+
+
+def _resolve_or_help(root: type[BaseModel], argv: list[str], prog: str, **kw) -> Resolved | None:
+    display = {"--plain", "--no-wide", "--wide"}
+    res = resolve(root, [a for a in argv if a not in display] if _wants_help(argv) else argv, **kw)
+    if res.parsed.help:
+        render_help(root, prog, plain="--plain" in argv, wide="--no-wide" not in argv)
+        return None
+    return res
+
+
+def _wants_help(argv: list[str]) -> bool:
+    return "-h" in argv or "--help" in argv
+
+
+def _plugin(kind: str, tag: str):
+    from prl.plugins import PluginError, get_registry
+
+    try:
+        return get_registry().get(kind, tag)
+    except PluginError as exc:
+        raise MissingMachinery(str(exc)) from None
+
+
+def _prepare(entry: str, cfg, res: Resolved, resolved: dict, rl: bool = False) -> RunPaths:
+    run_dir = run_dir_of(cfg.output_dir, cfg.run.name, cfg.run.dir)
+    paths = prepare_run(
+        entry, res.parsed_argv, res.parsed.root_files, run_dir, cfg.output_dir, resolved,
+        clean=cfg.clean, resume=cfg.resume, rl=rl,
+    )
+    os.environ["PRL_RUN_NAME"] = cfg.run.name
+    os.environ["PRL_RUN_ID"] = cfg.run.name
+    os.environ["PRL_ATTEMPT_CONFIG_DIR"] = str(paths.config_dir)
+    os.environ["PRL_ATTEMPT_LOG_DIR"] = str(paths.log_dir)
+    return paths
+
+
+def _dry_run_done(paths: RunPaths) -> int:
+    print(f"Dry run complete: configs written to {paths.config_dir}. Remove --dry-run to launch.")
+    return 0
+
+
+def _share_identity(cfg, *components) -> None:
+    for comp in components:
+        if comp is not None:
+            comp.run = cfg.run.model_copy()
+            comp.output_dir = cfg.output_dir
+
+
+def cmd_rl(argv: list[str]) -> int:
+    from prl.config.roots import RLConfig
+
+    res = _resolve_or_help(RLConfig, argv, "prl rl")
+    if res is None:
+        return 0
+    res.parsed_argv = argv
+    cfg = res.config
+    if cfg.run.name is None:
+        cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
+    _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
+    client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
+    if cfg.inference is not None and not client_set:
+        cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
+    resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
+    if cfg.inference is not None:
+        resolved["inference"] = cfg.inference
+    for split, sources in (("train", cfg.orchestrator.train.source), ("eval", cfg.orchestrator.eval.source if cfg.orchestrator.eval else [])):
+        for source in sources:
+            resolved[f"envs/{split}/{source.name}"] = source
+    paths = _prepare("rl", cfg, res, resolved, rl=True)
+    if cfg.dry_run:
+        return _dry_run_done(paths)
+    try:
+        from prl.rl_launch import build_processes
+    except ImportError as exc:
+        raise MissingMachinery(f"the RL launch plan (prl.rl_launch) is not available: {exc}") from None
+    launcher_cls = _plugin("launchers", cfg.deployment.type)
+    processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
+    return launcher_cls(cfg.deployment, paths.run_dir).launch(processes)
+
+
+def cmd_sft(argv: list[str]) -> int:
+    from prl.config.roots import SFTConfig
+
+    res = _resolve_or_help(SFTConfig, argv, "prl sft")
+    if res is None:
+        return 0
+    res.parsed_argv = argv
+    cfg = res.config
+    if cfg.run.name is None:
+        cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
+    trainer_cls = None if cfg.dry_run else _plugin("trainers", cfg.trainer_type)
+    paths = _prepare("sft", cfg, res, {"sft": cfg})
+    if cfg.dry_run:
+        return _dry_run_done(paths)
+    return int(trainer_cls.run_sft(cfg) or 0)
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from prl.cli.eval_shortcuts import SHORT, expand_argv, positional_source
+    from prl.config.roots import EvalConfig
+
+    argv2 = expand_argv(argv)
+    res = _resolve_or_help(EvalConfig, argv2, "prl eval", short=SHORT, positionals=positional_source)
+    if res is None:
+        return 0
+    res.parsed_argv = argv
+    cfg = res.config
+    if not cfg.source:
+        raise ConfigError("--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)")
+    if cfg.run.name is None:
+        cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
+    paths = _prepare("eval", cfg, res, {"eval": cfg})
+    if cfg.dry_run:
+        return _dry_run_done(paths)
+    try:
+        from prl.eval import run_eval
+    except ImportError as exc:
+        raise MissingMachinery(f"prl eval's machinery (prl.eval) is not available: {exc}") from None
+    return int(run_eval(cfg, paths.run_dir) or 0)
+
+
+def cmd_inference(argv: list[str]) -> int:
+    from prl.config.components import InferenceConfig
+
+    res = _resolve_or_help(InferenceConfig, argv, "prl inference")
+    if res is None:
+        return 0
+    cfg = res.config
+    if cfg.backend is None:
+        raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
+    backend_cls = _plugin("inference_backends", cfg.backend.type)
+    backend_cls(cfg).serve()
+    return 0
+
+
+def cmd_orchestrator(argv: list[str]) -> int:
+    from prl.config.components import OrchestratorConfig
+
+    res = _resolve_or_help(OrchestratorConfig, argv, "prl orchestrator")
+    if res is None:
+        return 0
+    cfg = res.config
+    try:
+        from prl.orchestrator import run_orchestrator
+    except ImportError as exc:
+        raise MissingMachinery(f"the orchestrator (prl.orchestrator) is not available: {exc}") from None
+    name = cfg.run.name or "orchestrator"
+    return int(run_orchestrator(cfg, run_dir_of(cfg.output_dir, name, cfg.run.dir)) or 0)
+
+
+def cmd_trainer(argv: list[str]) -> int:
+    from prl.config.components import TrainerConfig
+
+    res = _resolve_or_help(TrainerConfig, argv, "prl trainer")
+    if res is None:
+        return 0
+    cfg = res.config
+    return int(_plugin("trainers", cfg.type).run_rl(cfg) or 0)
+
+
+def cmd_env_server(argv: list[str]) -> int:
+    from prl.config.components import SourceConfig
+
+    res = _resolve_or_help(SourceConfig, argv, "prl env-server")
+    if res is None:
+        return 0
+    if len(res.parsed.root_files) != 1:
+        raise ConfigError("prl env-server takes one resolved source file: prl env-server @ <run>/configs/latest/resolved/envs/train/<name>.json")
+    try:
+        from prl.envs.server import main as serve_main
+    except ImportError as exc:
+        raise MissingMachinery(f"the env server (prl.envs.server) is not available: {exc}") from None
+    return int(serve_main(res.parsed.root_files[0]) or 0)

@@ -1,0 +1,105 @@
+"""The ``prl`` command: a typer app whose config commands parse their own arguments."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import typer
+
+from prl import __version__
+from prl.cli import commands
+from prl.cli.errors import USAGE_EXIT, MissingMachinery, print_error
+from prl.config.errors import ConfigError
+
+app = typer.Typer(
+    name="prl",
+    help="prl: asynchronous RL and SFT post-training of LLMs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Config commands take `@ file` and dotted flags that typer must pass through untouched.
+_PASS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+def _run(fn: Callable[[list[str]], int], argv: list[str]) -> None:
+    from prl.plugins import PluginError
+
+    try:
+        code = fn(argv)
+    except ConfigError as exc:
+        print_error(exc.message, exc.title)
+        raise typer.Exit(USAGE_EXIT) from None
+    except PluginError as exc:
+        print_error(str(exc), "Plugin error")
+        raise typer.Exit(USAGE_EXIT) from None
+    except MissingMachinery as exc:
+        print_error(str(exc), "Not available")
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def _config_command(name: str, fn: Callable[[list[str]], int], doc: str) -> None:
+    def command(ctx: typer.Context) -> None:
+        _run(fn, list(ctx.args))
+
+    command.__doc__ = doc
+    app.command(name, context_settings=_PASS, add_help_option=False)(command)
+
+
+_config_command("rl", commands.cmd_rl, "Run inference, env servers, orchestrator and trainer (RLConfig).")
+_config_command("sft", commands.cmd_sft, "Supervised fine-tuning (SFTConfig).")
+_config_command("eval", commands.cmd_eval, "Evaluate against a running inference server (EvalConfig).")
+_config_command("inference", commands.cmd_inference, "Start an inference server (InferenceConfig).")
+_config_command("orchestrator", commands.cmd_orchestrator, "Run the orchestrator alone (OrchestratorConfig).")
+_config_command("trainer", commands.cmd_trainer, "Run the RL trainer alone (TrainerConfig).")
+_config_command("env-server", commands.cmd_env_server, "Serve one source's environment (SourceConfig).")
+
+
+@app.command("plugins")
+def plugins_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List installed plugin distributions and what each registers."""
+    from prl.cli.plugins_cmd import show_plugins
+
+    _run(lambda _argv: show_plugins(as_json), [])
+
+
+@app.command("dashboard", context_settings=_PASS, add_help_option=False)
+def dashboard_cmd(ctx: typer.Context) -> None:
+    """Local read-only dashboard over run directories."""
+    try:
+        from prl.dashboard import main as dashboard_main  # type: ignore[import-not-found]
+    except ImportError:
+        print_error("the dashboard is not built yet in this version of prl", "Not available")
+        raise typer.Exit(1) from None
+    raise typer.Exit(dashboard_main(list(ctx.args)))
+
+
+@app.command("version")
+def version_cmd() -> None:
+    """Print the prl-core version."""
+    print(__version__)
+
+
+def _add_plugin_commands() -> None:
+    from prl.plugins import PluginError, get_registry
+
+    before = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    try:
+        get_registry().pm.hook.prl_add_commands(app=app)
+    except PluginError as exc:
+        print_error(str(exc), "Plugin error")
+        sys.exit(USAGE_EXIT)
+    names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        print_error(f"command name(s) claimed twice by plugins: {', '.join(dup)}", "Plugin error")
+        sys.exit(USAGE_EXIT)
+    del before
+
+
+def main() -> None:
+    _add_plugin_commands()
+    app(prog_name="prl")

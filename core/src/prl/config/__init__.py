@@ -1,0 +1,1 @@
+"""prl's config system: pydantic models, plugin-composed unions, argv/file resolution."""

@@ -1,0 +1,313 @@
+"""Root configs of the components a run starts: orchestrator, trainer, inference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from prl.config.base import PluginConfig, PrlModel
+from prl.config.monitors import MonitorsSection
+from prl.config.sections import (
+    CkptConfig,
+    ClientConfig,
+    ConcurrencyConfig,
+    LogConfig,
+    ModelConfig,
+    OptimConfig,
+    PartialSamplingConfig,
+    RendererField,
+    ResumeConfig,
+    RolloutTransportConfig,
+    RunConfig,
+    SamplingConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    WeightBroadcastConfig,
+    _default_plugin,
+    default_output_dir,
+)
+
+ComponentMonitors = Annotated[PrlModel, MonitorsSection(component=True)]
+
+
+class HarnessConfig(PrlModel):
+    """The agent harness that drives the model inside an environment."""
+
+    id: str = "null"
+    """Harness id ("null": the model answers directly)."""
+    args: dict = {}
+    """Harness-specific settings."""
+
+
+class RuntimeConfig(PrlModel):
+    """Where the agent program runs."""
+
+    type: str = "subprocess"
+    """Runtime type ("subprocess" runs locally without credentials)."""
+    args: dict = {}
+    """Runtime-specific settings."""
+
+
+class AgentConfig(PrlModel):
+    """Agent: harness and runtime."""
+
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    """Agent harness."""
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    """Agent runtime."""
+
+
+class ServeConfig(PrlModel):
+    """How the env server of a source is reached."""
+
+    address: str | None = None
+    """host:port of an env server managed elsewhere; None spawns one."""
+    startup_timeout: Annotated[float, Field(gt=0)] = 300.0
+    """Seconds to wait for a spawned env server to publish its address."""
+
+
+class EnvConfig(PrlModel):
+    """An environment: taskset, agent and serving."""
+
+    taskset: PluginConfig["tasksets"]
+    """Taskset, selected by ``id``."""
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    """Agent harness and runtime."""
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    """Env server address or spawn settings."""
+    timeout: Annotated[float, Field(gt=0)] = 600.0
+    """Seconds one rollout may take before it is recorded as timed out."""
+    on_failure: Literal["continue", "stop"] = "continue"
+    """When the env server dies: keep training on the other sources, or stop the run."""
+
+
+class SamplerConfig(PrlModel):
+    """Curriculum sampler of a source."""
+
+    type: Literal["standard", "difficulty_pool"] = "standard"
+    """standard: shuffled epochs; difficulty_pool: favour tasks with mixed outcomes."""
+    seed: int = 0
+    """Sampler seed."""
+
+
+class SelectConfig(PrlModel):
+    """Which examples of a taskset are used."""
+
+    limit: Annotated[int, Field(ge=1)] | None = None
+    """Use at most this many examples."""
+    shuffle: bool = False
+    """Shuffle before limiting."""
+    skip: Annotated[int, Field(ge=0)] = 0
+    """Skip the first N examples."""
+
+
+class SourceConfig(PrlModel):
+    """One train or eval source."""
+
+    name: str
+    """Source name (metrics, logs, env server files)."""
+    env: EnvConfig
+    """Environment of this source."""
+    ratio: Annotated[float, Field(gt=0)] = 1.0
+    """Relative probability of picking this source."""
+    group_size: Annotated[int, Field(ge=1)] | None = None
+    """Rollouts per task; inherits the group's group_size."""
+    sampling: PartialSamplingConfig = Field(default_factory=PartialSamplingConfig)
+    """Sampling overrides for this source."""
+    algo: PluginConfig["algorithms"] | None = None
+    """Algorithm override; inherits the group's algo."""
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    """Curriculum sampler."""
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    """Example selection."""
+    min_abs_advantage: Annotated[float, Field(ge=0)] = 0.0
+    """RL tokens whose |advantage| is at most this leave the RL loss."""
+
+
+class TrainGroupConfig(PrlModel):
+    """Training sources and their shared defaults."""
+
+    group_size: Annotated[int, Field(ge=1)] = 1
+    """Rollouts per task (at least 8 is recommended for GRPO)."""
+    algo: PluginConfig["algorithms"] = Field(default_factory=lambda: _default_plugin("algorithms"))
+    """Algorithm, selected by ``type``."""
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    """Sampling for training rollouts."""
+    source: list[SourceConfig] = []
+    """Train sources ([[orchestrator.train.source]])."""
+
+    @model_validator(mode="after")
+    def _unique(self) -> TrainGroupConfig:
+        names = [s.name for s in self.source]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"source names must be unique, repeated: {', '.join(dup)}")
+        return self
+
+
+class EvalGroupConfig(PrlModel):
+    """Evaluations during training."""
+
+    interval: Annotated[int, Field(ge=1)] = 100
+    """Evaluate every N steps."""
+    group_size: Annotated[int, Field(ge=1)] = 1
+    """Rollouts per example (for pass@k)."""
+    num_examples: Annotated[int, Field(ge=1)] | None = None
+    """Examples per source; None uses all."""
+    sampling: PartialSamplingConfig = Field(default_factory=PartialSamplingConfig)
+    """Eval sampling; unset fields use server defaults."""
+    source: list[SourceConfig] = []
+    """Eval sources."""
+
+
+class OrchestratorConfig(PrlModel):
+    """The orchestrator: dispatch, scoring, off-policy control, packing (no torch)."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Policy model served by inference."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer for rendering."""
+    renderer: RendererField
+    """Renderer for rollouts, selected by ``name``."""
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    """Inference endpoint."""
+    seq_len: Annotated[int, Field(ge=8)] = 2048
+    """Longest packed micro-batch, in tokens."""
+    batch_size: Annotated[int, Field(ge=1)] = 128
+    """Samples per step; divisible by every source's group_size."""
+    constant_trainer_batch_size: bool = True
+    """Replace dropped samples so every step trains exactly batch_size samples."""
+    max_off_policy_steps: Annotated[int, Field(ge=0)] = 8
+    """Largest allowed gap between training step and dispatch version."""
+    num_train_workers: Annotated[int, Field(ge=1)] = 1
+    """Data-parallel trainer ranks to pack for."""
+    train: TrainGroupConfig = Field(default_factory=TrainGroupConfig)
+    """Training sources."""
+    eval: EvalGroupConfig | None = None
+    """Evaluations during training (optional)."""
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+    """In-flight rollout band."""
+    seed: int = 0
+    """Seed of source mixing."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Total steps; None runs until stopped."""
+    rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
+    """Batch transport to the trainer."""
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    """Weight transport from the trainer."""
+    ckpt: CkptConfig | None = None
+    """Checkpointing (optional)."""
+    resume: ResumeConfig | None = None
+    """Resume (optional)."""
+    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    """Metric sinks."""
+    log: LogConfig = Field(default_factory=LogConfig)
+    """Logging."""
+    output_dir: Path = Field(default_factory=default_output_dir)
+    """Root of run directories."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run identity."""
+
+    @model_validator(mode="after")
+    def _batch(self) -> OrchestratorConfig:
+        for source in self.train.source:
+            size = source.group_size or self.train.group_size
+            if self.batch_size % size:
+                raise ValueError(
+                    f"batch_size ({self.batch_size}) must be divisible by the group_size of "
+                    f"source '{source.name}' ({size})"
+                )
+        return self
+
+
+def _monitors(component: bool):
+    section = MonitorsSection(component)
+    return section.model()()
+
+
+class ModelTrainConfig(ModelConfig):
+    """The trained model and how it is laid out."""
+
+    seq_len: Annotated[int, Field(ge=8)] = 2048
+    """Longest packed sequence per micro-batch."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
+    activation_checkpointing: bool = False
+    """Recompute activations in the backward pass."""
+    attn_implementation: str = "sdpa"
+    """transformers attention implementation."""
+
+
+class TrainerConfig(PrlModel):
+    """The RL trainer."""
+
+    type: str = "torch"
+    """Trainer plugin."""
+    model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
+    """Model."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Optimizer."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """Learning-rate schedule."""
+    loss: PluginConfig["losses"] = Field(default_factory=lambda: _default_plugin("losses"))
+    """Policy loss, selected by ``type``."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Total steps."""
+    num_workers: Annotated[int, Field(ge=1)] = 1
+    """Data-parallel processes (torchrun --nproc-per-node)."""
+    rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
+    """Batch transport from the orchestrator."""
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    """Weight transport to inference."""
+    ckpt: CkptConfig | None = None
+    """Checkpointing (optional)."""
+    resume: ResumeConfig | None = None
+    """Resume (optional)."""
+    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    """Metric sinks."""
+    log: LogConfig = Field(default_factory=LogConfig)
+    """Logging."""
+    output_dir: Path = Field(default_factory=default_output_dir)
+    """Root of run directories."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run identity."""
+    seed: int = 0
+    """Seed."""
+
+
+class ServerConfig(PrlModel):
+    """HTTP server of the inference backend."""
+
+    host: str = "127.0.0.1"
+    """Bind address; anything but loopback requires api_key for admin routes."""
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    """Port (0 picks a free one and writes it to the ready file)."""
+    api_key: str | None = None
+    """Bearer token for admin routes ($PRL_API_KEY when unset)."""
+
+
+class InferenceConfig(PrlModel):
+    """The inference server."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Model served."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer (chat_template must match the other components)."""
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    """HTTP server."""
+    backend: PluginConfig["inference_backends"] = Field(default_factory=lambda: _default_plugin("inference_backends"))
+    """Inference backend, selected by ``type`` (torch, vllm)."""
+    max_model_len: Annotated[int, Field(ge=8)] | None = None
+    """Context length; None uses the model's."""
+    seed: int = 0
+    """Sampling seed base."""
+    log: LogConfig = Field(default_factory=LogConfig)
+    """Logging."""
+    output_dir: Path = Field(default_factory=default_output_dir)
+    """Root of run directories."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run identity."""

@@ -1,0 +1,111 @@
+"""Copy RLConfig's shared top-level fields into trainer, orchestrator and inference.
+
+A shared value is only a default: it fills a sub-config field the user left unset. An
+explicit sub-config value that disagrees is an error listing every pair; equal values are
+accepted so a dumped config loads back. ``resume`` and ``weight_broadcast`` are copied over.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+_MISSING = object()
+
+# (shared path, [target paths]) for leaf fields.
+_LEAVES: list[tuple[str, list[str]]] = [
+    ("model.name", ["trainer.model.name", "orchestrator.model.name", "inference.model.name"]),
+    ("model.vlm", ["trainer.model.vlm", "orchestrator.model.vlm"]),
+    ("log.level", ["trainer.log.level", "orchestrator.log.level", "inference.log.level"]),
+    ("log.json_logging", ["trainer.log.json_logging", "orchestrator.log.json_logging", "inference.log.json_logging"]),
+    ("tokenizer.name", ["trainer.tokenizer.name", "orchestrator.tokenizer.name"]),
+    ("tokenizer.trust_remote_code", ["trainer.tokenizer.trust_remote_code", "orchestrator.tokenizer.trust_remote_code"]),
+    (
+        "tokenizer.chat_template",
+        ["trainer.tokenizer.chat_template", "orchestrator.tokenizer.chat_template", "inference.tokenizer.chat_template"],
+    ),
+    ("max_steps", ["trainer.max_steps", "orchestrator.max_steps"]),
+    ("seq_len", ["trainer.model.seq_len", "orchestrator.seq_len"]),
+    ("output_dir", ["trainer.output_dir", "orchestrator.output_dir", "inference.output_dir"]),
+]
+_CKPT_FIELDS = ("output_dir", "interval", "keep_last", "keep_interval")
+_COPIED_OVER = {"resume": ["trainer", "orchestrator"], "weight_broadcast": ["trainer", "orchestrator"]}
+
+
+def _get(data: dict, path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _set(data: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None and part == "inference" and "inference" in node:
+            return  # inference switched off: nothing to fill
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str) -> None:
+    if target.startswith("inference.") and data.get("inference", {}) is None:
+        return
+    current = _get(data, target)
+    if current is _MISSING:
+        _set(data, target, copy.deepcopy(value))
+    elif current != value and str(current) != str(value):
+        conflicts.append(f"{source}={value!r} vs {target}={current!r}")
+
+
+def propagate_shared(raw: dict) -> dict:
+    data = copy.deepcopy(raw)
+    conflicts: list[str] = []
+    for shared, targets in _LEAVES:
+        value = _get(data, shared)
+        if value is not _MISSING and value is not None:
+            for target in targets:
+                _fill(data, target, value, conflicts, shared)
+    _propagate_sections(data, conflicts)
+    for key, targets in _COPIED_OVER.items():
+        if key in data:
+            for target in targets:
+                data.setdefault(target, {})
+                data[target][key] = copy.deepcopy(data[key])
+    if "run" in data:
+        for target in ("trainer", "orchestrator", "inference"):
+            if data.get(target, {}) is not None:
+                _fill(data, f"{target}.run", data["run"], conflicts, "run")
+    if conflicts:
+        raise ValueError("Shared config conflicts with matching sub-config field(s): " + "; ".join(conflicts))
+    return data
+
+
+def _propagate_sections(data: dict, conflicts: list[str]) -> None:
+    """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
+    trainer and orchestrator, then fill their fields."""
+    sections: list[tuple[str, tuple[str, ...] | None]] = []
+    if "ckpt" in data:
+        sections.append(("ckpt", _CKPT_FIELDS))
+    for key, value in (data.get("monitors") or {}).items():
+        sections.append((f"monitors.{key}", None))
+    for shared, fields in sections:
+        value = _get(data, shared)
+        for comp in ("trainer", "orchestrator"):
+            target = f"{comp}.{shared}"
+            if value is None:
+                _set(data, target, None)
+                continue
+            current = _get(data, target)
+            if current is _MISSING or current is None:
+                _set(data, target, {})
+            for name in fields or value.keys():
+                if name in value:
+                    _fill(data, f"{target}.{name}", value[name], conflicts, f"{shared}.{name}")

@@ -1,0 +1,250 @@
+"""Root configs of the entry points: RLConfig, SFTConfig, EvalConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from prl.config.base import PluginConfig, PrlModel
+from prl.config.components import (
+    ComponentMonitors,
+    InferenceConfig,
+    ModelTrainConfig,
+    OrchestratorConfig,
+    SourceConfig,
+    TrainerConfig,
+    _monitors,
+)
+from prl.config.monitors import MonitorsSection
+from prl.config.propagate import propagate_shared
+from prl.config.sections import (
+    CkptConfig,
+    ClientConfig,
+    ConcurrencyConfig,
+    LogConfig,
+    ModelConfig,
+    OptimConfig,
+    PartialSamplingConfig,
+    RendererField,
+    ResumeConfig,
+    RolloutTransportConfig,
+    RunConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    WeightBroadcastConfig,
+    _default_plugin,
+    default_output_dir,
+)
+
+SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
+
+
+class SlurmConfig(PrlModel):
+    """SLURM submission settings."""
+
+    partition: str | None = None
+    """Partition (-p)."""
+    account: str | None = None
+    """Account (-A)."""
+    time: str = "24:00:00"
+    """Wall-clock limit."""
+    extra_directives: list[str] = []
+    """Extra #SBATCH lines."""
+
+
+class CommonRunFields(PrlModel):
+    """Fields every launched entry point shares."""
+
+    output_dir: Path = Field(default_factory=default_output_dir)
+    """Root of run directories ($PRL_OUTPUT_DIR or outputs)."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    """Run identity."""
+    clean: bool = False
+    """Delete the run directory first (only inside output_dir; ignored when NEVER_CLEAN is set)."""
+    log: LogConfig = Field(default_factory=LogConfig)
+    """Logging."""
+    env_vars: dict[str, str] = {}
+    """Environment variables exported to every child process."""
+    dashboard: bool = True
+    """Register the run with the local dashboard."""
+    dry_run: bool = False
+    """Resolve, validate and write the run's configs, then stop."""
+    deployment: PluginConfig["launchers"] = Field(default_factory=lambda: _default_plugin("launchers"))
+    """Launcher, selected by ``type`` (local, slurm)."""
+    slurm: SlurmConfig | None = None
+    """SLURM settings (optional)."""
+
+
+class RLConfig(CommonRunFields):
+    """prl rl: inference, env servers, orchestrator and trainer as one run."""
+
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """Trainer."""
+    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig)
+    """Orchestrator."""
+    inference: InferenceConfig | None = Field(default_factory=InferenceConfig)
+    """Managed inference server (optional, enabled by default; None means none is started)."""
+    ckpt: CkptConfig | None = None
+    """Checkpointing, shared by trainer and orchestrator (optional)."""
+    resume: ResumeConfig | None = None
+    """Resume, copied over trainer and orchestrator (optional)."""
+    monitors: SharedMonitors = Field(default_factory=lambda: _monitors(False))
+    """Metric sinks propagated to trainer and orchestrator."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Policy model (shared)."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer (shared)."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Total steps (shared); on resume this is the total target."""
+    seq_len: Annotated[int, Field(ge=8)] | None = None
+    """Sequence length (shared): trainer.model.seq_len and orchestrator.seq_len."""
+    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    """Weight transport, copied to every component."""
+    rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
+    """Batch transport (shared)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _propagate(cls, data: Any) -> Any:
+        return propagate_shared(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RLConfig:
+        t, o = self.trainer, self.orchestrator
+        if (t.ckpt is None) != (o.ckpt is None):
+            raise ValueError("trainer.ckpt and orchestrator.ckpt must be both set or both unset")
+        if t.ckpt and o.ckpt and t.ckpt.interval != o.ckpt.interval:
+            raise ValueError("trainer.ckpt.interval and orchestrator.ckpt.interval must be equal")
+        if t.max_steps != o.max_steps:
+            raise ValueError(f"max_steps differ: trainer {t.max_steps}, orchestrator {o.max_steps}")
+        if t.model.seq_len < o.seq_len:
+            raise ValueError(f"trainer.model.seq_len ({t.model.seq_len}) must be at least orchestrator.seq_len ({o.seq_len})")
+        if self.inference is not None and self.inference.model.name != o.model.name:
+            raise ValueError(f"orchestrator.model.name '{o.model.name}' differs from inference.model.name '{self.inference.model.name}'")
+        templates = {t.tokenizer.chat_template, o.tokenizer.chat_template}
+        if self.inference is not None:
+            templates.add(self.inference.tokenizer.chat_template)
+        if len(templates) > 1:
+            raise ValueError("tokenizer.chat_template must be identical in every component")
+        if o.num_train_workers != t.num_workers:
+            raise ValueError(f"orchestrator.num_train_workers ({o.num_train_workers}) must equal trainer.num_workers ({t.num_workers})")
+        return self
+
+
+class SFTDataConfig(PrlModel):
+    """SFT dataset."""
+
+    type: Literal["sft", "fake"] = "sft"
+    """sft: a dataset; fake: random tokens for benchmarking."""
+    name: str = "PrimeIntellect/Reverse-Text-SFT"
+    """HF dataset id, a local jsonl/parquet file or a saved dataset directory."""
+    revision: str | None = None
+    """Dataset revision."""
+    subsets: list[str] | None = None
+    """Subsets to interleave."""
+    splits: list[str] | None = None
+    """Splits to interleave."""
+    probabilities: list[float] | None = None
+    """Interleaving probabilities."""
+    stopping_strategy: Literal["all_exhausted", "first_exhausted"] = "all_exhausted"
+    """When interleaving stops."""
+    shuffle: bool = True
+    """Reshuffle each epoch with seed + epoch."""
+    seed: int = 0
+    """Shuffle seed."""
+    batch_size: Annotated[int, Field(ge=1)] = 128
+    """Packed rows per step (global)."""
+    seq_len: Annotated[int, Field(ge=8)] = 128
+    """Length of each packed row."""
+    micro_batch_size: Annotated[int, Field(ge=1)] = 1
+    """Rows per forward pass."""
+    num_workers: Annotated[int, Field(ge=0)] = 1
+    """Background tokenisation workers."""
+    columns: dict[str, Any] = {}
+    """Rename columns: messages, prompt, completion, tools, renderer = {field = column}."""
+    loss_mask: dict[str, bool] = {"system": False, "user": False, "assistant": True, "tool": False}
+    """Roles trained on."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SFTDataConfig:
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by micro_batch_size ({self.micro_batch_size})")
+        lists = {k: getattr(self, k) for k in ("subsets", "splits", "probabilities") if getattr(self, k)}
+        if len({len(v) for v in lists.values()}) > 1:
+            raise ValueError("subsets, splits and probabilities must have the same length")
+        return self
+
+
+class ValConfig(PrlModel):
+    """Validation during SFT."""
+
+    interval: Annotated[int, Field(ge=1)] = 50
+    """Validate every N steps."""
+    eval_on_start: bool = False
+    """Validate before the first step."""
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    """Validation data."""
+
+
+class SFTConfig(CommonRunFields):
+    """prl sft: supervised fine-tuning."""
+
+    trainer_type: str = "torch"
+    """Trainer plugin."""
+    model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
+    """Model."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer."""
+    renderer: RendererField
+    """Renderer, selected by ``name``."""
+    data: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    """Training data."""
+    val: ValConfig | None = None
+    """Validation (optional)."""
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Optimizer."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """Learning-rate schedule."""
+    ckpt: CkptConfig | None = None
+    """Checkpointing (optional)."""
+    resume: ResumeConfig | None = None
+    """Resume (optional)."""
+    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    """Metric sinks."""
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """Total steps; None runs one epoch."""
+    num_workers: Annotated[int, Field(ge=1)] = 1
+    """Data-parallel processes; above 1 prl sft starts torchrun itself."""
+    seed: int = 0
+    """Seed."""
+
+
+class EvalConfig(CommonRunFields):
+    """prl eval: one epoch per source against a running inference server."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """Model name sent to the server."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer for rendering."""
+    renderer: RendererField
+    """Renderer, selected by ``name``."""
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    """Inference endpoint."""
+    num_examples: Annotated[int, Field(ge=1)] | None = None
+    """Examples per source (-n); None uses all."""
+    group_size: Annotated[int, Field(ge=1)] = 1
+    """Rollouts per example (-r), for pass@k."""
+    concurrency: ConcurrencyConfig = Field(default_factory=lambda: ConcurrencyConfig(min_inflight=32, max_inflight=32))
+    """In-flight band (-c pins both)."""
+    sampling: PartialSamplingConfig = Field(default_factory=PartialSamplingConfig)
+    """Sampling; unset fields use server defaults."""
+    source: list[SourceConfig] = []
+    """Eval sources ([[source]])."""
+    ckpt: CkptConfig | None = Field(default_factory=lambda: CkptConfig(interval=1, keep_last=1))
+    """Cursor checkpoints every N completed groups (optional, enabled by default)."""
+    resume: ResumeConfig | None = None
+    """Resume from a cursor checkpoint (optional)."""
+    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    """Metric sinks."""

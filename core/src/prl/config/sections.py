@@ -1,0 +1,218 @@
+"""Config sections shared by several root configs (all torch-free)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from prl.config.base import PluginConfig, PrlModel
+
+
+def default_output_dir() -> Path:
+    return Path(os.environ.get("PRL_OUTPUT_DIR") or "outputs")
+
+
+class RunConfig(PrlModel):
+    """Run identity: the run directory is ``output_dir / run.dir``."""
+
+    name: str | None = None
+    """Run name; generated as <envs>--<model>--<8 hex> when unset (lowercased)."""
+    dir: str | None = None
+    """Directory under output_dir; defaults to the run name."""
+
+    @field_validator("name", "dir")
+    @classmethod
+    def _relative(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = Path(value).parts
+        if Path(value).is_absolute() or ".." in parts or not parts:
+            raise ValueError(f"'{value}' must be a relative path inside output_dir")
+        return value.lower() if "/" not in value else value
+
+
+class LogConfig(PrlModel):
+    """Logging of every component."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Log level; $PRIME_LOG_LEVEL overrides the default."""
+    json_logging: bool = False
+    """Write NDJSON log lines instead of text."""
+
+
+class ModelConfig(PrlModel):
+    """The policy model."""
+
+    name: str = "Qwen/Qwen3-0.6B"
+    """HF model id or local model directory."""
+    vlm: bool = False
+    """Vision-language model."""
+
+
+class TokenizerConfig(PrlModel):
+    """Tokenizer; defaults to the model's."""
+
+    name: str | None = None
+    """HF tokenizer id or directory; None uses the model's."""
+    trust_remote_code: bool = False
+    """Allow tokenizer code from the model directory."""
+    chat_template: str | None = None
+    """Override the tokenizer's chat template."""
+
+
+class CkptConfig(PrlModel):
+    """Checkpointing (off unless this section is present)."""
+
+    interval: Annotated[int, Field(ge=1)] | None = None
+    """Save at every step that is a multiple of this; None saves only the final step."""
+    keep_last: Annotated[int, Field(ge=1)] | None = None
+    """Keep the N newest checkpoints."""
+    keep_interval: Annotated[int, Field(ge=1)] | None = None
+    """Keep forever every checkpoint whose step is a multiple of K."""
+    output_dir: Path | None = None
+    """Write checkpoints here instead of <run_dir>/checkpoints."""
+
+
+class ResumeConfig(PrlModel):
+    """Resume from a checkpoint (``--resume`` alone: the latest complete step of this run)."""
+
+    step: Annotated[int, Field(ge=1)] | None = None
+    """Resume from checkpoints/step_N of this run."""
+    dir: Path | None = None
+    """Fork: load <other_run>/checkpoints/step_N into this new run."""
+    skip_optimizer: bool = False
+    """Do not restore the optimizer state."""
+    skip_scheduler: bool = False
+    """Do not restore the scheduler; it is rebuilt over the remaining steps."""
+    skip_progress: bool = False
+    """Do not restore step and token counters."""
+    skip_dataloader: bool = False
+    """SFT: do not restore the dataloader position."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ResumeConfig:
+        if self.dir is not None:
+            if self.step is not None:
+                raise ValueError("resume.dir cannot be combined with resume.step")
+            name = Path(self.dir).name
+            if not (name.startswith("step_") and name[5:].isdigit()):
+                raise ValueError(f"resume.dir must end in step_<digits>, got '{self.dir}'")
+        return self
+
+
+class OptimConfig(PrlModel):
+    """Optimizer."""
+
+    type: Literal["adamw", "sgd"] = "adamw"
+    """Optimizer type."""
+    lr: Annotated[float, Field(gt=0)] = 1e-6
+    """Peak learning rate."""
+    weight_decay: float | Literal["auto"] = "auto"
+    """Weight decay; "auto" is 0.0 for RL and 0.01 for SFT."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_norm: Annotated[float, Field(gt=0)] = 1.0
+    """Clip the global gradient norm to this."""
+
+
+class SchedulerConfig(PrlModel):
+    """Learning-rate schedule."""
+
+    type: Literal["constant", "linear", "cosine"] = "constant"
+    """constant, linear (warmup then linear decay) or cosine (warmup then cosine)."""
+    warmup_steps: Annotated[int, Field(ge=0)] = 10
+    """Linear warmup steps (linear and cosine)."""
+    decay_steps: Annotated[int, Field(ge=0)] = 10
+    """Linear decay steps at the end of training (linear)."""
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Final lr as a fraction of the peak."""
+
+
+class RolloutTransportConfig(PrlModel):
+    """How the orchestrator ships batches to the trainer."""
+
+    type: Literal["filesystem"] = "filesystem"
+    """filesystem: batches/step_S/rank_r.bin, written then renamed."""
+
+
+class WeightBroadcastConfig(PrlModel):
+    """How trainer weights reach the inference servers."""
+
+    type: str = "filesystem"
+    """Weight transport plugin (filesystem is the default)."""
+    timeout: Annotated[float, Field(gt=0)] = 1200.0
+    """Seconds either side waits in the handshake before failing."""
+
+
+class SamplingConfig(PrlModel):
+    """Sampling parameters for rollouts."""
+
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    """Sampling temperature."""
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    """Nucleus sampling mass."""
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    """Top-k cut-off; None disables."""
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Cap on generated tokens per turn; None means no cap."""
+    seed: int | None = None
+    """Sampling seed."""
+
+
+class PartialSamplingConfig(PrlModel):
+    """Per-source sampling overrides; unset fields inherit the group's values."""
+
+    temperature: Annotated[float, Field(ge=0)] | None = None
+    """Sampling temperature."""
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Nucleus sampling mass."""
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    """Top-k cut-off."""
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Cap on generated tokens per turn."""
+    seed: int | None = None
+    """Sampling seed."""
+
+
+class ClientConfig(PrlModel):
+    """OpenAI-compatible inference endpoint."""
+
+    base_url: str = "http://127.0.0.1:8000"
+    """Server address (without /v1)."""
+    api_key: str | None = None
+    """Bearer token; $PRL_API_KEY when unset."""
+    timeout: Annotated[float, Field(gt=0)] = 600.0
+    """Seconds to wait for one request."""
+
+
+class ConcurrencyConfig(PrlModel):
+    """In-flight rollout band; adaptive between min and max."""
+
+    min_inflight: Annotated[int, Field(ge=1)] = 1
+    """Lower bound on concurrent rollouts."""
+    max_inflight: Annotated[int, Field(ge=1)] = 1024
+    """Upper bound on concurrent rollouts."""
+
+    @model_validator(mode="after")
+    def _band(self) -> ConcurrencyConfig:
+        if self.min_inflight > self.max_inflight:
+            raise ValueError(f"min_inflight ({self.min_inflight}) exceeds max_inflight ({self.max_inflight})")
+        return self
+
+
+RendererField = Annotated[PluginConfig["renderers"], Field(default_factory=lambda: _default_plugin("renderers"))]
+"""A renderer config; ``name = "auto"`` when not given."""
+
+
+def _default_plugin(kind: str):
+    """Default variant of a plugin union, built by validation so it is the installed class."""
+    from prl.plugins import KINDS, get_registry
+
+    spec = KINDS[kind]
+    classes = get_registry().classes(kind)
+    if spec.default in classes:
+        return classes[spec.default].Config()
+    return None

@@ -1,0 +1,69 @@
+"""``prl env-server @ resolved/envs/<split>/<name>.json``: serve one source's rollouts.
+
+The JSON file holds a :class:`prl.config.components.SourceConfig`. The server binds
+127.0.0.1 on a port the OS picks, then writes ``host:port`` to ``<name>.address`` next to
+the config file (write-then-rename, so a reader never sees a partial address), and serves
+until SIGTERM/SIGINT. A taskset with a protocol of its own provides
+``serve(host, on_bound)``; any other taskset is served with prl's JSON protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from prl.config.components import SourceConfig
+from prl.envs.protocol import ProtocolServer
+from prl.envs.source import build_taskset
+
+log = logging.getLogger("prl.env-server")
+
+
+def publish_address(address_file: Path, address: str) -> None:
+    tmp = address_file.with_name(address_file.name + ".tmp")
+    tmp.write_text(address + "\n")
+    os.replace(tmp, address_file)
+
+
+async def serve(source: SourceConfig, address_file: Path, host: str = "127.0.0.1") -> None:
+    taskset = build_taskset(source)
+
+    def on_bound(address: str) -> None:
+        publish_address(address_file, address)
+        log.info("env server for source '%s' (taskset %s) listening on %s", source.name, source.env.taskset.id, address)
+
+    own = getattr(taskset, "serve", None)
+    if own is not None:
+        await own(host, on_bound)
+    else:
+        await ProtocolServer(taskset, source.name, source.env.timeout).serve(host, on_bound)
+
+
+def main(config_path: str | Path) -> int:
+    path = Path(config_path)
+    logging.basicConfig(level=os.environ.get("PRIME_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    source = SourceConfig.model_validate(json.loads(path.read_text()))
+    address_file = path.with_suffix(".address")
+
+    loop = asyncio.new_event_loop()
+    main_task = loop.create_task(serve(source, address_file))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, main_task.cancel)
+    try:
+        loop.run_until_complete(main_task)
+    except asyncio.CancelledError:
+        log.info("env server for source '%s' stopped", source.name)
+    finally:
+        address_file.unlink(missing_ok=True)
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

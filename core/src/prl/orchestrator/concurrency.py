@@ -1,0 +1,60 @@
+"""Adaptive in-flight limit between ``min_inflight`` and ``max_inflight`` (AIMD on throughput).
+
+The limit starts at ``min_inflight``. Completions are counted in windows of ``max(8, limit)``
+episodes; at the end of each window the completion rate is compared with the previous
+window's:
+
+* the rate rose by more than 5 % (or this is the first window): the limit grows by a
+  quarter (at least 1), since more parallel work still buys throughput;
+* the rate fell by more than 10 % after a growth step: the server is saturated, so the
+  limit goes back down by a fifth;
+* otherwise it stays.
+
+An errored or timed-out rollout halves the limit at once (multiplicative decrease), as
+such failures usually mean an overloaded inference or env server.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class AdaptiveConcurrency:
+    def __init__(self, min_inflight: int, max_inflight: int, clock=time.monotonic) -> None:
+        self.low = min_inflight
+        self.high = max_inflight
+        self.limit = min_inflight
+        self.clock = clock
+        self._window_start = clock()
+        self._window_done = 0
+        self._last_rate: float | None = None
+        self._grew = False
+
+    def _clamp(self, value: float) -> int:
+        return int(max(self.low, min(self.high, value)))
+
+    def on_done(self, failed: bool = False) -> None:
+        if failed:
+            self.limit = self._clamp(self.limit // 2)
+            self._reset_window()
+            return
+        self._window_done += 1
+        if self._window_done < max(8, self.limit):
+            return
+        elapsed = max(self.clock() - self._window_start, 1e-9)
+        rate = self._window_done / elapsed
+        if self._last_rate is None or rate > self._last_rate * 1.05:
+            self.limit = self._clamp(self.limit + max(1, self.limit // 4))
+            self._grew = True
+        elif self._grew and rate < self._last_rate * 0.9:
+            self.limit = self._clamp(self.limit - max(1, self.limit // 5))
+            self._grew = False
+        self._last_rate = rate
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        self._window_start = self.clock()
+        self._window_done = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"concurrency/limit": float(self.limit)}

@@ -1,0 +1,309 @@
+"""The orchestrator loop: dispatch groups, finalise them, assemble and ship batches.
+
+Versions and steps: batch ``S`` (steps count from 1) is trained on the weights of version
+``S - 1`` and produces version ``S``; ``V`` is the version inference serves now.
+
+* Dispatch runs only while ``V >= S - 2`` (equivalently it stops while ``(S - 1) - V > 1``)
+  and while work dispatched now could still be used for batch ``S``
+  (``V >= S - 1 - max_off_policy_steps``). It keeps up to one batch of traces buffered or
+  in flight, two when the next batch may already be collected too, and never more
+  episodes in flight than the adaptive concurrency limit allows.
+* A group's ``group_size`` episodes share one task and one dispatch version. When all
+  finished, the source's algorithm scores the ok ones, the sampler sees the rewards, and
+  the traces become samples (:mod:`prl.orchestrator.samples`) queued in the buffer.
+* Batch ``S`` is shipped once the buffer holds ``batch_size`` counted traces and ``V >=
+  S - 2``; at every weight update, in-flight groups already too stale for batch ``S`` are
+  cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from prl.orchestrator import checkpoint
+from prl.orchestrator.buffer import FinishedGroup, GroupBuffer
+from prl.orchestrator.concurrency import AdaptiveConcurrency
+from prl.orchestrator.metrics import console_line, finite, rollout_metrics, trace_record
+from prl.orchestrator.packing import pack
+from prl.orchestrator.samples import MalformedTrace, TraceSamples, trace_to_samples
+from prl.orchestrator.sources import SourceMixer, TrainSource
+from prl.orchestrator.transport import prune_batches, write_batch
+from prl.orchestrator.weights import WeightFollower
+from prl.types import Trace
+
+log = logging.getLogger("prl.orchestrator")
+
+WATCHDOG_S = 60.0
+
+
+class Orchestrator:
+    """One RL run's orchestrator over already-built sources, client, renderer and transport."""
+
+    def __init__(
+        self,
+        config: Any,
+        run_dir: Path,
+        sources: list[TrainSource],
+        client: Any,
+        renderer: Any,
+        weights: Any,
+        monitors: list | None = None,
+    ) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.sources = sources
+        self.client = client
+        self.renderer = renderer
+        self.weights = weights
+        self.monitors = monitors or []
+        self.step = 1
+        self.progress = {"total_samples": 0, "total_tokens": 0, "total_episodes": 0}
+        self.buffer = GroupBuffer(config.batch_size, config.constant_trainer_batch_size, config.max_off_policy_steps)
+        self.mixer = SourceMixer(sources, config.seed)
+        self.concurrency = AdaptiveConcurrency(config.concurrency.min_inflight, config.concurrency.max_inflight)
+        self.inflight: dict[asyncio.Task, int] = {}
+        self.inflight_episodes = 0
+        self.cancelled_groups = 0
+        self.window: list[Trace] = []
+        self.records: list[dict] = []
+        self.follower: WeightFollower | None = None
+        self._wake = asyncio.Event()
+        self._arrived = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self._groups = 0
+        self._last_ship = time.monotonic()
+
+    # ---- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step - 1, "progress": dict(self.progress), "mixer": self.mixer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"]) + 1
+        self.progress.update(state.get("progress", {}))
+        self.mixer.load_state_dict(state["mixer"])
+
+    # ---- main -------------------------------------------------------------------------
+    async def run(self) -> int:
+        for source in self.sources:
+            await source.env.start()
+            source.make_sampler()
+        first, loaded = 0, 0
+        step_dir = checkpoint.resume_dir(self.config, self.run_dir)
+        if step_dir is not None:
+            self.load_state_dict(checkpoint.load_state(step_dir))
+            # Inference started from the base model; the trainer re-broadcasts version N.
+            first, loaded = self.step - 1, None
+            log.info("resumed from %s: next batch is step %d", step_dir, self.step)
+        self.follower = WeightFollower(self.weights, self.client, first, loaded, on_update=self._on_version)
+        self.follower.start(last=self.config.max_steps)
+        dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
+        dispatcher.add_done_callback(self._task_failed)
+        try:
+            while self.config.max_steps is None or self.step <= self.config.max_steps:
+                await self._ship_next()
+            if self.config.max_steps is not None:
+                # The trainer waits for an acknowledgement of its final version.
+                await self.follower.wait_for(self.config.max_steps, self.config.weight_broadcast.timeout)
+        finally:
+            dispatcher.cancel()
+            await self._shutdown()
+        return 0
+
+    async def _shutdown(self) -> None:
+        for task in list(self.inflight):
+            task.cancel()
+        await asyncio.gather(*self.inflight, return_exceptions=True)
+        if self.follower is not None:
+            await self.follower.stop()
+        for source in self.sources:
+            await source.env.close()
+        for monitor in self.monitors:
+            monitor.close()
+
+    def _task_failed(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and self._fatal is None:
+            self._fatal = task.exception()
+            self._arrived.set()
+
+    def _raise_if_failed(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self.follower is not None:
+            self.follower.check()
+
+    # ---- dispatch ---------------------------------------------------------------------
+    def _budget(self, version: int) -> int:
+        """Traces to keep buffered or in flight: this batch, plus the next when allowed."""
+        s, m = self.step, self.config.max_off_policy_steps
+        ahead = version >= s - 1 and version >= s - m
+        return self.config.batch_size * (2 if ahead else 1)
+
+    def _can_dispatch(self) -> bool:
+        version = self.follower.version if self.follower else None
+        if version is None or not self.mixer.sources:
+            return False
+        s = self.step
+        if self.config.max_steps is not None and s > self.config.max_steps:
+            return False
+        if s - 1 - version > 1 or version < s - 1 - self.config.max_off_policy_steps:
+            return False
+        if self.buffer.count + self.inflight_episodes >= self._budget(version):
+            return False
+        return self.inflight_episodes < self.concurrency.limit
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            while self._can_dispatch():
+                self._launch(self.mixer.pick())
+            await self._wake.wait()
+
+    def _launch(self, source: TrainSource) -> None:
+        task = source.sampler.next()
+        version = self.follower.version
+        group = asyncio.create_task(self._run_group(source, task, version))
+        self.inflight[group] = version
+        self.inflight_episodes += source.group_size
+        group.add_done_callback(self._group_done)
+
+    def _group_done(self, task: asyncio.Task) -> None:
+        self.inflight.pop(task, None)
+        self._task_failed(task)
+        self._wake.set()
+
+    async def _one(self, source: TrainSource, task: Any, version: int) -> Trace:
+        try:
+            trace = await source.env.rollout(task, self.client, self.renderer, source.sampling, version)
+        finally:
+            self.inflight_episodes -= 1
+            self._wake.set()
+        self.concurrency.on_done(failed=not trace.ok)
+        return trace
+
+    async def _run_group(self, source: TrainSource, task: Any, version: int) -> None:
+        started = time.time()
+        traces = await asyncio.gather(*(self._one(source, task, version) for _ in range(source.group_size)))
+        self._finalise(source, task, version, list(traces), started)
+
+    def _finalise(self, source: TrainSource, task: Any, version: int, traces: list[Trace], started: float) -> None:
+        scored = [t for t in traces if t.ok and t.branches]
+        if scored:
+            source.algorithm.score_group(scored)
+        source.sampler.observe(task.task_id, [t.reward for t in traces])
+        converted = []
+        for trace in traces:
+            try:
+                converted.append(trace_to_samples(trace, self.config.seq_len, source.min_abs_advantage))
+            except MalformedTrace as exc:
+                trace.error = f"MalformedTrace: {exc}"
+                converted.append(TraceSamples(trace))
+        self.window.extend(traces)
+        if self.monitors:
+            self._groups += 1
+            now = time.time()
+            self.records += [trace_record(t, f"g{self._groups}", version, now, now - started) for t in traces]
+        self.buffer.add(FinishedGroup(source.name, version, converted))
+        self._arrived.set()
+
+    def _on_version(self, version: int) -> None:
+        """Cancel in-flight groups that became too stale for the batch being collected."""
+        oldest = self.buffer.min_version(self.step)
+        for task, dispatched in list(self.inflight.items()):
+            if dispatched < oldest:
+                task.cancel()
+                self.cancelled_groups += 1
+        self._wake.set()
+
+    # ---- batches ----------------------------------------------------------------------
+    async def _collect(self, step: int) -> None:
+        waited = 0.0
+        while not self.buffer.ready(step):
+            self._raise_if_failed()
+            self._check_sources()
+            self._arrived.clear()
+            self._wake.set()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), 1.0)
+            except TimeoutError:
+                waited += 1.0
+                if waited % WATCHDOG_S == 0:
+                    log.warning(
+                        "waiting for batch step %d: %d/%d traces ready, %d episodes in flight, policy version %s",
+                        step, self.buffer.count, self.config.batch_size, self.inflight_episodes, self.follower.version,
+                    )  # fmt: skip
+
+    def _check_sources(self) -> None:
+        for source in list(self.mixer.sources):
+            check = getattr(source.env, "check_alive", None)
+            if check is None:
+                continue
+            try:
+                check()
+            except Exception as exc:
+                if source.config.env.on_failure == "stop" or len(self.mixer.sources) == 1:
+                    raise
+                log.error("%s; training continues on the other sources (env.on_failure = continue)", exc)
+                index = self.mixer.sources.index(source)
+                self.mixer.sources.pop(index)
+                self.mixer.weights.pop(index)
+
+    async def _ship_next(self) -> None:
+        step = self.step
+        await self._collect(step)
+        batch = self.buffer.take(step)
+        wait = 0.0
+        if step - 2 >= 0:
+            wait = await self.follower.wait_for(step - 2, self.config.weight_broadcast.timeout)
+        samples = batch.samples
+        ranks = pack(samples, self.config.seq_len, self.config.num_train_workers)
+        write_batch(self.run_dir, step, ranks)
+        prune_batches(self.run_dir, step - 3)
+        tokens = sum(len(s.input_ids) for s in samples)
+        self.progress["total_samples"] += len(samples)
+        self.progress["total_tokens"] += tokens
+        self.progress["total_episodes"] += len(self.window)
+        self.step = step + 1
+        if checkpoint.is_due(self.config, step):
+            checkpoint.save_state(checkpoint.checkpoint_root(self.config, self.run_dir), step, self.state_dict())
+        self._report(step, batch, ranks, tokens, wait)
+        self._wake.set()
+
+    def _report(self, step: int, batch: Any, ranks: list, tokens: int, wait: float) -> None:
+        now = time.monotonic()
+        m = rollout_metrics(self.window)
+        m.update(self.buffer.pop_counters())
+        m.update(self.concurrency.metrics())
+        lags = batch.lags or [0]
+        m.update({
+            "off_policy/mean_lag": sum(lags) / len(lags),
+            "off_policy/max_lag": float(max(lags)),
+            "off_policy/cancelled_groups": float(self.cancelled_groups),
+            "batch/traces": float(len(batch.traces)),
+            "batch/samples": float(sum(len(t.samples) for t in batch.traces)),
+            "batch/pruned_traces": float(batch.pruned),
+            "batch/overlong_samples": float(sum(t.overlong for t in batch.traces)),
+            "batch/tokens": float(tokens),
+            "batch/micro_batches": float(sum(len(r) for r in ranks)),
+            "concurrency/inflight": float(self.inflight_episodes),
+            "time/step": now - self._last_ship,
+            "time/wait_for_policy": wait,
+            "progress/step": float(step),
+            "progress/policy_version": float(self.follower.version or 0),
+            **{f"progress/{k}": float(v) for k, v in self.progress.items()},
+        })  # fmt: skip
+        for source in self.sources:
+            for key, value in source.sampler.metrics().items():
+                m[f"curriculum/{source.name}/{key}"] = value
+        self.cancelled_groups = 0
+        self._last_ship = now
+        m = finite(m)
+        for monitor in self.monitors:
+            monitor.log(m, step)
+            if self.records:
+                monitor.log_traces(self.records, step)
+        self.window, self.records = [], []
+        print(console_line(step, m), flush=True)

@@ -1,0 +1,105 @@
+"""Per-step orchestrator metrics, the console line, and the monitors they go to.
+
+Rollout statistics cover every episode that finished since the previous step (whether or
+not it made it into the batch), both for all envs and per env:
+``reward/{all,<env>}/{mean,std,min,max}``, ``seq_len/{all,<env>}/mean`` (tokens per
+episode, all branches), ``is_truncated``, ``turns``, ``timeout``, ``errored`` and ``empty``
+as fractions of episodes, plus ``*/count``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from prl.orchestrator.samples import is_empty
+from prl.types import Trace
+
+log = logging.getLogger(__name__)
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / n
+    return {"mean": mean, "std": math.sqrt(var), "min": min(values), "max": max(values)}
+
+
+def rollout_metrics(traces: list[Trace]) -> dict[str, float]:
+    by_env: dict[str, list[Trace]] = {"all": list(traces)}
+    for t in traces:
+        by_env.setdefault(t.env, []).append(t)
+    out: dict[str, float] = {}
+    for env, group in by_env.items():
+        if not group:
+            continue
+        n = len(group)
+        for key, value in _stats([t.reward for t in group]).items():
+            out[f"reward/{env}/{key}"] = value
+        out[f"seq_len/{env}/mean"] = sum(sum(len(b.token_ids) for b in t.branches) for t in group) / n
+        out[f"turns/{env}/mean"] = sum(t.turns for t in group) / n
+        out[f"is_truncated/{env}/mean"] = sum(t.is_truncated for t in group) / n
+        out[f"timeout/{env}/mean"] = sum(t.is_timeout for t in group) / n
+        out[f"errored/{env}/mean"] = sum(t.error is not None for t in group) / n
+        out[f"empty/{env}/mean"] = sum(is_empty(t) for t in group) / n
+        out[f"rollouts/{env}/count"] = float(n)
+    return out
+
+
+def console_line(step: int, m: dict[str, float]) -> str:
+    reward = m.get("reward/all/mean", float("nan"))
+    parts = [
+        f"Step {step}",
+        f"Time {m.get('time/step', 0.0):.2f}s",
+        f"Reward {reward:.4f}",
+        f"Seq len {m.get('seq_len/all/mean', 0.0):.1f}",
+        f"Samples {int(m.get('batch/samples', 0))}",
+        f"Off-policy {m.get('off_policy/mean_lag', 0.0):.2f}",
+        f"Wait policy {m.get('time/wait_for_policy', 0.0):.2f}s",
+        f"Version {int(m.get('progress/policy_version', 0))}",
+    ]
+    return " | ".join(parts)
+
+
+def build_monitors(config: Any, run_dir: Path, producer: str = "orch") -> list:
+    """One monitor per enabled ``[monitors.<key>]`` section."""
+    from prl.plugins import get_registry
+
+    section = getattr(config, "monitors", None)
+    if section is None:
+        return []
+    run_name = getattr(getattr(config, "run", None), "name", None) or ""
+    monitors = []
+    for key in type(section).model_fields:
+        cfg = getattr(section, key)
+        if cfg is None:
+            continue
+        cls = get_registry().get("monitors", key)
+        monitors.append(cls(cfg, run_dir, producer=producer, run_name=run_name))
+    return monitors
+
+
+def finite(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def trace_record(trace: Trace, group: str, dispatch: int, arrival: float, duration: float) -> dict[str, Any]:
+    """A shallow dict of ``trace`` for ``Monitor.log_traces`` (no deep copies of token lists)."""
+    record = dict(vars(trace))
+    record["branches"] = [dict(vars(b)) for b in trace.branches]
+    advantages = [a for b in trace.branches for a in (b.advantages or [])[:1]]
+    record.update(
+        id=trace.trace_id,
+        kind="train",
+        group=group,
+        ok=trace.ok,
+        advantage=advantages[0] if advantages else None,
+        tokens=sum(len(b.token_ids) for b in trace.branches),
+        truncated=trace.is_truncated,
+        dispatch=dispatch,
+        arrival=arrival,
+        duration=duration,
+    )
+    return record

@@ -1,0 +1,97 @@
+"""Scored traces to training samples.
+
+Each branch of a trace becomes one :class:`prl.types.TrainingSample` (one packed document):
+
+* ``rl_weights`` default to 1 on sampled tokens and 0 elsewhere when the algorithm left them
+  unset; ``ce_weights`` and ``ref_kl_weights`` default to 0; ``advantages`` to 0.
+* ``min_abs_advantage`` (m): an rl token with ``|A| <= m`` leaves the rl loss (its rl weight
+  becomes 0). With the default m = 0 this removes exactly the zero-advantage tokens, e.g. a
+  GRPO group whose rewards are all equal.
+* ``loss_mask`` marks tokens with any non-zero weight. A sample with no rl, ce or ref_kl
+  signal left is useless and is dropped; a trace is useful when one of its samples is.
+* A sample longer than ``seq_len`` is cut to ``seq_len`` tokens (the tail is lost; counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prl.types import Branch, Trace, TrainingSample
+
+
+class MalformedTrace(ValueError):
+    """A branch whose token-aligned lists disagree in length."""
+
+
+@dataclass
+class TraceSamples:
+    """The samples a trace turned into, with what the batch accounting needs."""
+
+    trace: Trace
+    samples: list[TrainingSample] = field(default_factory=list)
+    overlong: int = 0
+
+    @property
+    def useful(self) -> bool:
+        return bool(self.samples)
+
+
+def _check(branch: Branch, name: str, values: list | None) -> None:
+    if values is not None and len(values) != len(branch.token_ids):
+        raise MalformedTrace(f"branch.{name} has {len(values)} entries for {len(branch.token_ids)} tokens")
+
+
+def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage: float) -> TrainingSample:
+    n = len(branch.token_ids)
+    for name in ("sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs"):
+        _check(branch, name, getattr(branch, name))
+    sampled = branch.sampled_mask
+    adv = list(branch.advantages) if branch.advantages is not None else [0.0] * n
+    rl = list(branch.rl_weights) if branch.rl_weights is not None else [1.0 if s else 0.0 for s in sampled]
+    ce = list(branch.ce_weights) if branch.ce_weights is not None else [0.0] * n
+    kl = list(branch.ref_kl_weights) if branch.ref_kl_weights is not None else [0.0] * n
+    rl = [w if w and abs(a) > min_abs_advantage else 0.0 for w, a in zip(rl, adv)]
+    mask = [bool(a or b or c) for a, b, c in zip(rl, ce, kl)]
+    return TrainingSample(
+        input_ids=list(branch.token_ids),
+        loss_mask=mask,
+        advantages=adv,
+        inference_logprobs=[float(x) for x in branch.logprobs],
+        temperature=float(branch.temperature),
+        rl_weights=rl,
+        ce_weights=ce,
+        ref_kl_weights=kl,
+        env_name=trace.env,
+        trace_id=trace.trace_id,
+        branch_index=index,
+        ref_logprobs=list(branch.ref_logprobs) if branch.ref_logprobs is not None else None,
+    )
+
+
+def _truncate(sample: TrainingSample, seq_len: int) -> None:
+    for name in ("input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights"):
+        setattr(sample, name, getattr(sample, name)[:seq_len])
+    if sample.ref_logprobs is not None:
+        sample.ref_logprobs = sample.ref_logprobs[:seq_len]
+
+
+def trace_to_samples(trace: Trace, seq_len: int, min_abs_advantage: float = 0.0) -> TraceSamples:
+    """Convert every branch; keep only samples with some training signal (see module doc)."""
+    out = TraceSamples(trace)
+    if not trace.ok:
+        return out
+    for index, branch in enumerate(trace.branches):
+        if not branch.token_ids:
+            continue
+        sample = branch_to_sample(trace, index, branch, min_abs_advantage)
+        if len(sample.input_ids) > seq_len:
+            _truncate(sample, seq_len)
+            out.overlong += 1
+        if any(sample.loss_mask):
+            out.samples.append(sample)
+    return out
+
+
+def is_empty(trace: Trace) -> bool:
+    """An ok trace in which the policy sampled no token at all."""
+    return trace.ok and not any(any(b.sampled_mask) for b in trace.branches)

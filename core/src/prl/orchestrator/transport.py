@@ -1,0 +1,98 @@
+"""Filesystem rollout transport: ``batches/step_S/rank_r.bin``, one msgpack file per rank.
+
+The orchestrator writes every rank's file under a temporary name in the same directory and
+then ``os.replace``-s it into place, so a reader never sees a partial file: a rank file
+either does not exist yet or is complete. The trainer of rank ``r`` polls for its own file.
+
+File content (msgpack, floats as 32-bit)::
+
+    {"format": 1, "step": S, "rank": r, "micro_batches": [<micro-batch dict>, ...]}
+
+This module is torch-free; the trainer imports :func:`read_batch` from here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+FORMAT = 1
+
+
+def batches_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "batches"
+
+
+def batch_path(run_dir: Path, step: int, rank: int) -> Path:
+    return batches_dir(run_dir) / f"step_{step}" / f"rank_{rank}.bin"
+
+
+def write_batch(run_dir: Path, step: int, ranks: list[list[dict[str, Any]]]) -> list[Path]:
+    """Write ``ranks[r]`` (rank r's micro-batches) for ``step``; returns the paths written."""
+    paths = []
+    for rank, micro_batches in enumerate(ranks):
+        path = batch_path(run_dir, step, rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"format": FORMAT, "step": step, "rank": rank, "micro_batches": micro_batches}
+        data = msgpack.packb(payload, use_single_float=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def read_batch(run_dir: Path, step: int, rank: int, timeout: float, poll: float = 0.05) -> list[dict[str, Any]]:
+    """Wait up to ``timeout`` seconds for rank ``rank``'s batch of ``step``; return its micro-batches.
+
+    Raises TimeoutError naming the file waited for and the newest step shipped so far.
+    """
+    path = batch_path(run_dir, step, rank)
+    deadline = time.monotonic() + timeout
+    delay = min(poll, 0.01)
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            newest = newest_step(run_dir)
+            shipped = f"newest shipped: step_{newest}" if newest is not None else "nothing shipped yet"
+            raise TimeoutError(
+                f"waited {timeout:g}s for batch step {step} rank {rank} at {path} ({shipped}); "
+                "is the orchestrator running and producing rollouts?"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, poll * 10)
+    with open(path, "rb") as fh:
+        payload = msgpack.unpackb(fh.read(), strict_map_key=False)
+    if payload.get("format") != FORMAT or payload.get("step") != step or payload.get("rank") != rank:
+        raise ValueError(f"{path}: unexpected batch header (format {payload.get('format')}, step {payload.get('step')}, rank {payload.get('rank')})")
+    return payload["micro_batches"]
+
+
+def _steps(base: Path) -> list[int]:
+    if not base.is_dir():
+        return []
+    found = []
+    for child in base.iterdir():
+        m = re.fullmatch(r"step_(\d+)", child.name)
+        if m:
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def newest_step(run_dir: Path) -> int | None:
+    steps = _steps(batches_dir(run_dir))
+    return steps[-1] if steps else None
+
+
+def prune_batches(run_dir: Path, keep_from: int) -> None:
+    """Delete ``batches/step_S`` for every S < ``keep_from`` (already consumed by the trainer)."""
+    base = batches_dir(run_dir)
+    for step in _steps(base):
+        if step < keep_from:
+            shutil.rmtree(base / f"step_{step}", ignore_errors=True)

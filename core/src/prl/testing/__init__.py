@@ -1,0 +1,1 @@
+"""Helpers for plugin authors: inline registration and contract checks."""

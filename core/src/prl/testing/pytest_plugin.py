@@ -1,0 +1,23 @@
+"""pytest plugin shipped with prl-core (fixtures for plugin authors)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def register_plugin():
+    """Register a module/object as a prl plugin for one test; unregistered afterwards."""
+    from prl.plugins import register_inline, unregister_inline
+
+    names: list[str] = []
+
+    def _register(obj, name: str = "inline-test-plugin", dist: str = "inline") -> None:
+        register_inline(obj, name, dist)
+        names.append(name)
+
+    try:
+        yield _register
+    finally:
+        for name in names:
+            unregister_inline(name)

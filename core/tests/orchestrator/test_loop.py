@@ -1,0 +1,174 @@
+"""The orchestrator loop end to end with in-process stand-ins (real EnvSource, real packing
+and filesystem transport; instant inference; a fake trainer thread)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prl.orchestrator.loop import Orchestrator
+from prl.orchestrator.sources import resolve_source
+
+
+def _orchestrator(config, run_dir, kit, client=None, weights=None, monitor=None):
+    from prl.envs.source import EnvSource
+
+    sources = [resolve_source(config.train, s, EnvSource(s, "train", run_dir)) for s in config.train.source]
+    return Orchestrator(
+        config, run_dir, sources, client or kit.InstantClient(), None, weights or kit.MemoryWeights(),
+        monitors=[monitor] if monitor else [],
+    )  # fmt: skip
+
+
+def _run(config, run_dir, kit, ranks=1, step_time=0.0, start=1, **kw):
+    weights = kw.pop("weights", None) or kit.MemoryWeights()
+    trainer = kit.FakeTrainer(run_dir, weights, config.max_steps, ranks=ranks, start=start, step_time=step_time)
+    trainer.start()
+    orch = _orchestrator(config, run_dir, kit, weights=weights, **kw)
+    code = asyncio.run(asyncio.wait_for(orch.run(), 60))
+    trainer.join(10)
+    assert trainer.error is None, trainer.error
+    return code, orch, trainer
+
+
+def test_ships_every_step_with_all_fields(make_config, tmp_path, kit, capsys):
+    config = make_config(max_steps=3, num_train_workers=2)
+    monitor = kit.ListMonitor()
+    code, orch, trainer = _run(config, tmp_path, kit, ranks=2, monitor=monitor)
+    assert code == 0 and sorted(trainer.batches) == [1, 2, 3]
+    for step, ranks in trainer.batches.items():
+        assert len(ranks[0]) == len(ranks[1])  # lockstep ranks
+        docs = [d for r in ranks for mb in r for d in mb["trace_ids"] if d]
+        assert len(set(docs)) == 8  # batch_size traces, each once
+        for mb in ranks[0]:
+            n = len(mb["input_ids"])
+            for key in ("position_ids", "loss_mask", "advantages", "inference_logprobs", "temperatures",
+                        "rl_weights", "ce_weights", "ref_kl_weights"):  # fmt: skip
+                assert len(mb[key]) == n, key
+            assert sum(mb["seq_lens"]) == n and len(mb["env_names"]) == len(mb["seq_lens"])
+    # One metrics row per step, with the headline numbers.
+    assert [s for s, _ in monitor.rows] == [1, 2, 3]
+    row = monitor.rows[-1][1]
+    for key in ("reward/all/mean", "reward/count/mean", "seq_len/all/mean", "errored/all/mean", "off_policy/mean_lag",
+                "time/wait_for_policy", "progress/total_samples", "is_truncated/all/mean", "empty/all/mean"):  # fmt: skip
+        assert key in row, key
+    assert monitor.closed and monitor.traces and monitor.traces[0]["kind"] == "train"
+    out = capsys.readouterr().out
+    assert "Step 1 |" in out and "| Reward " in out and "Step 3 |" in out
+
+
+def test_never_ships_more_than_two_ahead_of_the_policy(make_config, tmp_path, kit):
+    config = make_config(max_steps=5)
+    weights = kit.MemoryWeights()
+    shipped_at: dict[int, int] = {}
+    orch_holder = {}
+
+    import prl.orchestrator.loop as loop_mod
+
+    real_write = loop_mod.write_batch
+
+    def spy(run_dir, step, ranks):
+        shipped_at[step] = orch_holder["o"].follower.version
+        return real_write(run_dir, step, ranks)
+
+    loop_mod.write_batch = spy
+    try:
+        trainer = kit.FakeTrainer(tmp_path, weights, 5, step_time=0.05)
+        trainer.start()
+        orch = _orchestrator(config, tmp_path, kit, weights=weights)
+        orch_holder["o"] = orch
+        asyncio.run(asyncio.wait_for(orch.run(), 60))
+        trainer.join(10)
+    finally:
+        loop_mod.write_batch = real_write
+    assert sorted(shipped_at) == [1, 2, 3, 4, 5]
+    for step, version in shipped_at.items():
+        assert version >= step - 2, (step, version)
+    # Every published version was acknowledged, in order, and loaded around a pause.
+    assert weights.acked == [0, 1, 2, 3, 4, 5]
+    updates = [c for c in orch.client.calls if c[0] == "update_weights"]
+    assert updates[0] == ("update_weights", "/weights/step_1") and len(updates) == 5
+    assert orch.client.calls[:3] == [("pause",), ("update_weights", "/weights/step_1"), ("resume",)]
+
+
+def test_stale_groups_are_dropped_and_counted(make_config, tmp_path, kit):
+    config = make_config(max_steps=2, max_off_policy_steps=0)
+    orch = _orchestrator(config, tmp_path, kit)
+    from prl.orchestrator.buffer import FinishedGroup
+    from prl.orchestrator.samples import TraceSamples
+
+    orch.step = 3  # batch 3 trains at version 2: a group dispatched at version 1 is too old
+    orch.buffer.add(FinishedGroup("count", 1, [TraceSamples(None, samples=[object()])] * 4))
+    orch.buffer.add(FinishedGroup("count", 2, [TraceSamples(None, samples=[object()])] * 4))
+    assert not orch.buffer.ready(3)
+    counters = orch.buffer.pop_counters()
+    assert counters["off_policy/dropped_groups"] == 1 and counters["off_policy/dropped_traces"] == 4
+    assert orch.buffer.count == 4
+
+
+def test_errored_rollouts_are_counted_not_trained(make_config, tmp_path, kit):
+    sources = [{"name": "flaky", "env": {"taskset": {"id": "orch-count", "fail_every": 3}}}]
+    config = make_config(sources=sources, max_steps=2)
+    monitor = kit.ListMonitor()
+    code, _, trainer = _run(config, tmp_path, kit, monitor=monitor)
+    assert code == 0
+    errored = sum(row["errored/all/mean"] * row["rollouts/all/count"] for _, row in monitor.rows)
+    assert errored >= 1
+    for ranks in trainer.batches.values():
+        assert len({d for mb in ranks[0] for d in mb["trace_ids"] if d}) == 8
+
+
+def test_two_sources_inherit_and_override(make_config, tmp_path, kit):
+    sources = [
+        {"name": "a", "env": {"taskset": {"id": "orch-count"}}, "ratio": 3.0},
+        {"name": "b", "env": {"taskset": {"id": "orch-count", "completion": 3}}, "group_size": 2,
+         "sampling": {"temperature": 0.5}},
+    ]  # fmt: skip
+    config = make_config(sources=sources, max_steps=3, train__sampling={"temperature": 0.9, "top_p": 0.8})
+    code, orch, trainer = _run(config, tmp_path, kit)
+    a, b = orch.sources
+    assert (a.group_size, b.group_size) == (4, 2)
+    assert (a.sampling.temperature, b.sampling.temperature) == (0.9, 0.5) and b.sampling.top_p == 0.8
+    temps = {round(t, 4) for ranks in trainer.batches.values() for mb in ranks[0] for t in mb["temperatures"]}
+    assert temps <= {0.9, 0.5} and 0.9 in temps
+
+
+def test_resume_restores_counters_and_starts_after_the_checkpoint(make_config, tmp_path, kit):
+    config = make_config(max_steps=2, ckpt={"interval": 1})
+    _run(config, tmp_path, kit)
+    state = tmp_path / "checkpoints" / "step_2" / "orchestrator" / "progress.pt"
+    assert state.exists() and (tmp_path / "checkpoints" / "step_1" / "orchestrator" / "progress.pt").exists()
+    (state.parent.parent / "trainer").mkdir()
+    (state.parent.parent / "trainer" / ".metadata").write_text("")
+    resumed = make_config(max_steps=3, ckpt={"interval": 1}, resume={})
+    _, orch, trainer = _run(resumed, tmp_path, kit, start=3)
+    assert sorted(trainer.batches) == [3]
+    assert orch.progress["total_samples"] == 24  # 2 restored steps + 1 new, 8 samples each
+    # Inference was restarted from the base model: the re-broadcast version 2 is loaded.
+    assert ("update_weights", "/weights/step_2") in orch.client.calls
+
+
+def test_state_round_trip_continues_source_mixing_and_sampling(make_config, tmp_path, kit):
+    import json
+
+    sources = [{"name": "a", "env": {"taskset": {"id": "orch-count"}}},
+               {"name": "b", "env": {"taskset": {"id": "orch-count"}}, "sampler": {"type": "difficulty_pool"}}]  # fmt: skip
+    config = make_config(sources=sources)
+
+    def draws(orch, n=30):
+        out = []
+        for _ in range(n):
+            src = orch.mixer.pick()
+            task = src.sampler.next()
+            src.sampler.observe(task.task_id, [1.0, 1.0] if task.task_id < "t5" else [0.0, 1.0])
+            out.append((src.name, task.task_id))
+        return out
+
+    a = _orchestrator(config, tmp_path, kit)
+    b = _orchestrator(config, tmp_path, kit)
+    for o in (a, b):
+        for s in o.sources:
+            s.make_sampler()
+    draws(a, 17)
+    state = json.loads(json.dumps(a.state_dict()))
+    b.load_state_dict(state)
+    assert draws(b) == draws(a)

@@ -1,0 +1,42 @@
+"""`import prl` and a dry run never import torch (CPU-only orchestrator nodes install prl-core alone)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_import_prl_is_torch_free():
+    out = _run("""
+        import sys, prl, prl.contracts, prl.config.roots, prl.plugins
+        prl.plugins.get_registry().describe()
+        heavy = [m for m in ("torch", "transformers", "vllm") if m in sys.modules]
+        print("HEAVY", heavy)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout
+
+
+def test_rl_dry_run_is_torch_free(tmp_path):
+    example = ROOT / "examples" / "reverse-text" / "rl.toml"
+    out = _run(f"""
+        import sys
+        from prl.cli.main import main
+        sys.argv = ["prl", "rl", "@", {str(example)!r}, "--output-dir", {str(tmp_path)!r}, "--dry-run"]
+        try:
+            main()
+        except SystemExit as exc:
+            print("EXIT", exc.code)
+        heavy = [m for m in ("torch", "transformers", "vllm") if m in sys.modules]
+        print("HEAVY", heavy)
+    """)
+    assert "EXIT 0" in out.stdout, out.stdout + out.stderr
+    assert "HEAVY []" in out.stdout
