@@ -8,7 +8,9 @@ top-level one). With ``r_ij`` the reward of rollout ``j`` of example ``i`` (n ex
 * ``pass@k = mean_i 1[max_j r_ij >= 1]``: an example passes when one of its k rollouts
   earns full reward (the unbiased estimator with k = n samples reduces to this).
 
-Failed or timed-out rollouts count with reward 0 and are reported under ``has_error`` and
+Rollouts of all sources share one in-flight bound, ``concurrency.max_inflight`` (eval
+pins the band; with min < max the upper end is used). Failed or timed-out rollouts count
+with reward 0 and are reported under ``has_error`` and
 ``is_timeout``. Metrics go to every enabled monitor as one row per source, ``producer =
 "eval"``: ``eval/<env>/avg@k``, ``eval/<env>/pass@k``,
 ``eval/<env>/all/<agent>/{reward,is_truncated,has_error}/mean``,
@@ -366,7 +368,7 @@ def _report(config: EvalConfig, run_dir: Path, runs: list[_SourceRun], progress:
         if r.failure:
             code = 1
             line += f" | stopped early: {r.failure}"
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return code
 
 
@@ -376,4 +378,6 @@ def run_eval(config: EvalConfig, run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # One line per request would drown the progress bars; failures are still reported.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     return asyncio.run(_run(config, run_dir))

@@ -190,7 +190,10 @@ def _load(pm: pluggy.PluginManager) -> Registry:
             print(f"prl: plugin '{ep.name}' ({dist}) failed to import: {exc}", file=sys.stderr)
             continue
         registry.add(module, ep.name, dist, ep.dist.version if ep.dist else "?")
-    pm.check_pending()
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:  # a plugin implements a hook that does not exist
+        raise PluginError(f"plugin '{exc.plugin_name}' has an unknown hook: {exc}") from None
     if os.environ.get("PRL_TRACE_PLUGINS"):
         pm.trace.root.setwriter(lambda msg: print(msg, end="", file=sys.stderr))
         pm.enable_tracing()
@@ -227,7 +230,8 @@ def register_inline(module: Any, name: str, dist: str = "inline") -> None:
 
 def unregister_inline(name: str) -> None:
     registry = get_registry()
-    registry.pm.unregister(name=name)
+    if registry.pm.has_plugin(name):
+        registry.pm.unregister(name=name)
     registry.plugins.pop(name, None)
     registry._classes.clear()
     from prl.config.base import rebuild_configs

@@ -60,7 +60,8 @@ class CountTaskset(Taskset):
             logprobs=[0.0] * len(prompt) + gen.logprobs,
             temperature=sampling.temperature,
         )
-        return Trace(trace_id="", task_id=task.task_id, env="", branches=[branch], reward=float(gen.token_ids[0] % 2 == 0))
+        reward = float(gen.token_ids[0] % 2 == 0)
+        return Trace(trace_id="", task_id=task.task_id, env="", branches=[branch], reward=reward)
 
 
 class MeanBaseline(Algorithm):
@@ -134,7 +135,7 @@ class InstantClient:
     async def resume(self):
         self.calls.append(("resume",))
 
-    async def update_weights(self, weight_dir):
+    async def update_weights(self, weight_dir, version=None):
         self.calls.append(("update_weights", weight_dir))
 
 
@@ -162,7 +163,7 @@ class MemoryWeights:
 class FakeTrainer(threading.Thread):
     """Reads batch S for every rank, 'trains' for ``step_time`` s, publishes version S."""
 
-    def __init__(self, run_dir: Path, weights: MemoryWeights, steps: int, ranks: int = 1, start: int = 1, step_time: float = 0.0):
+    def __init__(self, run_dir: Path, weights: MemoryWeights, steps: int, ranks=1, start=1, step_time=0.0):
         super().__init__(daemon=True)
         self.run_dir, self.weights, self.steps, self.ranks = run_dir, weights, steps, ranks
         self.start_step, self.step_time = start, step_time

@@ -48,8 +48,9 @@ def test_ships_every_step_with_all_fields(make_config, tmp_path, kit, capsys):
     # One metrics row per step, with the headline numbers.
     assert [s for s, _ in monitor.rows] == [1, 2, 3]
     row = monitor.rows[-1][1]
-    for key in ("reward/all/mean", "reward/count/mean", "seq_len/all/mean", "errored/all/mean", "off_policy/mean_lag",
-                "time/wait_for_policy", "progress/total_samples", "is_truncated/all/mean", "empty/all/mean"):  # fmt: skip
+    for key in ("reward/all/mean", "reward/count/mean", "seq_len/all/mean", "errored/all/mean",
+                "off_policy/mean_steps", "time/wait_for_policy", "progress/total_samples",
+                "is_truncated/all/mean", "empty/all/mean"):  # fmt: skip
         assert key in row, key
     assert monitor.closed and monitor.traces and monitor.traces[0]["kind"] == "train"
     out = capsys.readouterr().out
@@ -150,8 +151,10 @@ def test_resume_restores_counters_and_starts_after_the_checkpoint(make_config, t
 def test_state_round_trip_continues_source_mixing_and_sampling(make_config, tmp_path, kit):
     import json
 
-    sources = [{"name": "a", "env": {"taskset": {"id": "orch-count"}}},
-               {"name": "b", "env": {"taskset": {"id": "orch-count"}}, "sampler": {"type": "difficulty_pool"}}]  # fmt: skip
+    sources = [
+        {"name": "a", "env": {"taskset": {"id": "orch-count"}}},
+        {"name": "b", "env": {"taskset": {"id": "orch-count"}}, "sampler": {"type": "difficulty_pool"}},
+    ]
     config = make_config(sources=sources)
 
     def draws(orch, n=30):
@@ -172,3 +175,113 @@ def test_state_round_trip_continues_source_mixing_and_sampling(make_config, tmp_
     state = json.loads(json.dumps(a.state_dict()))
     b.load_state_dict(state)
     assert draws(b) == draws(a)
+
+
+class _DeadEnv:
+    """Wraps a real EnvSource and reports its env server as dead."""
+
+    def __init__(self, inner, source):
+        self.inner, self.source = inner, source
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def check_alive(self):
+        from prl.envs.source import EnvServerDied
+
+        raise EnvServerDied(self.source, "exited with code 1")
+
+
+def _with_dead_source(config, run_dir, kit, dead: str):
+    orch = _orchestrator(config, run_dir, kit)
+    for s in orch.sources:
+        if s.name == dead:
+            s.env = _DeadEnv(s.env, s.name)
+    return orch
+
+
+def test_dead_env_server_stops_the_run_when_on_failure_is_stop(make_config, tmp_path, kit):
+    import pytest
+
+    from prl.envs.source import EnvServerDied
+
+    sources = [{"name": "a", "env": {"taskset": {"id": "orch-count", "delay": 0.05}, "on_failure": "stop"}},
+               {"name": "b", "env": {"taskset": {"id": "orch-count"}}}]  # fmt: skip
+    config = make_config(sources=sources, max_steps=2, batch_size=400)
+    orch = _with_dead_source(config, tmp_path, kit, "a")
+    orch.weights.publish({}, 0)
+    with pytest.raises(EnvServerDied, match="env server of source 'a' died: exited with code 1"):
+        asyncio.run(asyncio.wait_for(orch.run(), 30))
+
+
+def test_dead_env_server_is_dropped_when_on_failure_is_continue(make_config, tmp_path, kit):
+    sources = [{"name": "a", "env": {"taskset": {"id": "orch-count", "delay": 0.05}}},
+               {"name": "b", "env": {"taskset": {"id": "orch-count"}}}]  # fmt: skip
+    config = make_config(sources=sources, max_steps=2, batch_size=400)
+    weights = kit.MemoryWeights()
+    trainer = kit.FakeTrainer(tmp_path, weights, 2)
+    trainer.start()
+    orch = _with_dead_source(config, tmp_path, kit, "a")
+    orch.weights = weights
+    assert asyncio.run(asyncio.wait_for(orch.run(), 60)) == 0
+    assert [s.name for s in orch.mixer.sources] == ["b"]
+
+
+def test_waiting_for_weights_names_the_version(make_config, tmp_path, kit):
+    import pytest
+
+    from prl.orchestrator.weights import WeightFollower
+
+    async def go():
+        follower = WeightFollower(kit.MemoryWeights(), kit.InstantClient(), 0, None, poll=0.05)
+        follower.start()
+        try:
+            await follower.wait_for(3, timeout=0.3)
+        finally:
+            await follower.stop()
+
+    with pytest.raises(TimeoutError, match=r"weights version 3 \(broadcasts/step_3\); inference serves version None"):
+        asyncio.run(go())
+
+
+def test_online_eval_runs_at_interval_versions(make_config, tmp_path, kit, capsys):
+    from prl.envs.source import EnvSource
+    from prl.orchestrator.evals import OnlineEval
+
+    config = make_config(
+        max_steps=4,
+        eval={"interval": 2, "group_size": 3, "num_examples": 4, "sampling": {"temperature": 0.5},
+              "source": [{"name": "held-out", "env": {"taskset": {"id": "orch-count", "completion": 2}}}]},
+    )  # fmt: skip
+    monitor = kit.ListMonitor()
+    envs = {s.name: EnvSource(s, "eval", tmp_path) for s in config.eval.source}
+    client = kit.InstantClient()
+    evaluator = OnlineEval(config.eval, envs, client, None, [monitor], max_inflight=4)
+    weights = kit.MemoryWeights()
+    trainer = kit.FakeTrainer(tmp_path, weights, 4)
+    trainer.start()
+    orch = _orchestrator(config, tmp_path, kit, client=client, weights=weights, monitor=monitor)
+    orch.evaluator = evaluator
+    assert asyncio.run(asyncio.wait_for(orch.run(), 60)) == 0
+    evals = [(step, row) for step, row in monitor.rows if "eval/held-out/avg@3" in row]
+    assert [step for step, _ in evals] == [2, 4]
+    assert evals[0][1]["eval/held-out/num_examples"] == 4 and evals[0][1]["eval/held-out/num_rollouts"] == 12
+    assert "Eval step 4 | held-out avg@3" in capsys.readouterr().out
+
+
+def test_weight_update_cancels_groups_already_too_stale(make_config, tmp_path, kit):
+    config = make_config(max_off_policy_steps=1)
+    orch = _orchestrator(config, tmp_path, kit)
+
+    async def go():
+        old = asyncio.create_task(asyncio.sleep(10))
+        fresh = asyncio.create_task(asyncio.sleep(10))
+        orch.inflight = {old: 0, fresh: 1}
+        orch.step = 3  # batch 3 trains at version 2; with 1 step allowed, version 0 is stale
+        orch._on_version(2)
+        await asyncio.sleep(0)
+        result = (old.cancelled(), fresh.cancelled(), orch.cancelled_groups)
+        fresh.cancel()
+        return result
+
+    assert asyncio.run(go()) == (True, False, 1)

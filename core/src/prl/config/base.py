@@ -135,7 +135,7 @@ def rebuild_configs() -> None:
     models = all_models()
     depth = {m: _depth(m) for m in models}
     for model in sorted(models, key=lambda m: depth[m]):
-        if model.__pydantic_complete__ or model.__dict__.get("__pydantic_core_schema__"):
+        if model.__pydantic_complete__:  # deferred, never-built models build lazily later
             model.model_rebuild(force=True)
 
 

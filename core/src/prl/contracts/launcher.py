@@ -23,6 +23,10 @@ class ProcessSpec:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     ready_file: Path | None = None
+    # A service (inference, env server) must come up before the workers start; the launcher
+    # waits for its ready_file and/or health_url and says what it waits for.
+    service: bool = False
+    health_url: str | None = None
 
 
 class Launcher(ABC):

@@ -23,6 +23,10 @@ class LossInputs:
     loss_mask: Any
     rl_weights: Any
     ref_logprobs: Any = None
+    # Sampling replay (top-p/top-k truncated sampling): [tokens, |S|] logprobs of every id in
+    # the sampling mask, from the trainer and from the sampler (padding -inf).
+    trainer_mask_logprobs: Any = None
+    inference_mask_logprobs: Any = None
 
 
 @dataclass

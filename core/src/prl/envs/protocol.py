@@ -102,8 +102,9 @@ class ProtocolServer:
     def _client(self, spec: dict[str, Any]) -> InferenceClient:
         key = json.dumps(spec, sort_keys=True)
         if key not in self._clients:
-            from prl.client import InferenceClient as HttpClient  # core's httpx client
+            from prl import client as client_mod  # core's httpx client
 
+            HttpClient = getattr(client_mod, "InferenceClient", None) or client_mod.InferenceHTTPClient
             config = ClientConfig.model_validate(spec["config"])
             self._clients[key] = HttpClient.from_config(config, model=spec.get("model"))
         return self._clients[key]
@@ -136,6 +137,8 @@ async def call(address: str, request: dict[str, Any], timeout: float | None) -> 
 
 class ProtocolClient:
     """The orchestrator side of :class:`ProtocolServer`."""
+
+    enforces_timeout = True  # the server applies env.timeout to each rollout
 
     def __init__(self, address: str) -> None:
         self.address = address

@@ -5,9 +5,11 @@ Where rollouts run:
 * in process: the taskset's class says ``in_process = True`` (offline tasksets) and no
   ``env.serve.address`` is given; ``rollout`` awaits ``taskset.rollout`` directly;
 * behind an env server: ``env.serve.address`` names a server managed elsewhere, or the
-  taskset needs its own process (``in_process = False``) and ``start`` spawns
-  ``prl env-server @ resolved/envs/<split>/<name>.json``, waits for the server to publish
-  ``<name>.address`` next to that file, and talks to it.
+  taskset needs its own process (``in_process = False``): ``start`` then uses the server
+  of this attempt that already published ``resolved/envs/<split>/<name>.address`` (one
+  started by hand), else spawns ``prl env-server @ resolved/envs/<split>/<name>.json``
+  (logging to ``logs/attempt_N/envs/<split>/<name>.log``), waits for it to publish the
+  address, and stops it on ``close``.
 
 The wire protocol is the taskset's own when its class provides ``connect(address)`` (and
 ``serve`` on the server side), else prl's JSON protocol (:mod:`prl.envs.protocol`).
@@ -102,10 +104,22 @@ class EnvSource:
     async def start(self) -> None:
         if not self.remote:
             return
-        address = self.source.env.serve.address or await self._spawn()
+        address = self.source.env.serve.address or self._published() or await self._spawn()
         self._remote = self._connect(address)
         if not await self._remote.health():
             raise EnvServerDied(self.name, f"no healthy env server at {address}")
+
+    def _published(self) -> str | None:
+        """The address of a server for this attempt already started by hand or a launcher."""
+        if self.attempt_config_dir is None:
+            return None
+        address_file = self.attempt_config_dir / "resolved" / "envs" / self.split / f"{self.name}.address"
+        if address_file.exists():
+            address = address_file.read_text().strip()
+            if address and _reachable(address):
+                log.info("source '%s' uses the env server already listening on %s", self.name, address)
+                return address
+        return None
 
     def _connect(self, address: str) -> Any:
         connect = getattr(self.taskset, "connect", None)
@@ -116,7 +130,10 @@ class EnvSource:
         address_file = config_path.with_suffix(".address")
         address_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "prl", "env-server", "@", str(config_path)]
-        self._process = subprocess.Popen(cmd, stdout=self._log_target(), stderr=subprocess.STDOUT, env=os.environ.copy())
+        env = os.environ.copy()
+        # The server's own tools (e.g. uv for verifiers harnesses) live next to this Python.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        self._process = subprocess.Popen(cmd, stdout=self._log_target(), stderr=subprocess.STDOUT, env=env)
         log.info("env server of source '%s' started (pid %d): %s", self.name, self._process.pid, " ".join(cmd))
         deadline = time.monotonic() + self.source.env.serve.startup_timeout
         while time.monotonic() < deadline:
@@ -196,8 +213,9 @@ class EnvSource:
         if self._remote is None:
             return failed_trace(task, self.name, policy_version, f"RuntimeError: env source '{self.name}' is not started")
         work = self._remote.rollout(task, client, renderer, sampling, policy_version)
-        # The server enforces env.timeout per rollout; the margin covers transport only.
-        return await guarded(work, task, self.name, policy_version, timeout + 30.0)
+        if getattr(self._remote, "enforces_timeout", False):
+            timeout += 30.0  # the server times the rollout itself; the margin covers transport
+        return await guarded(work, task, self.name, policy_version, timeout)
 
     def check_alive(self) -> None:
         """Raise :class:`EnvServerDied` when this source's env server is gone."""

@@ -20,9 +20,9 @@ log = logging.getLogger("prl.orchestrator")
 
 def build_client(config: Any) -> Any:
     """The inference client for ``config.client`` (prl.client)."""
-    from prl import client as client_mod
+    from prl.client import InferenceHTTPClient
 
-    return client_mod.InferenceClient.from_config(config.client, model=config.model.name)
+    return InferenceHTTPClient.from_config(config.client, model=config.model.name)
 
 
 def build_renderer(config: Any) -> Any:
@@ -51,6 +51,19 @@ def build_sources(config: Any, run_dir: Path) -> list:
     return out
 
 
+def build_evaluator(config: Any, run_dir: Path, client: Any, renderer: Any, monitors: list) -> Any:
+    """Online evaluation over ``config.eval.source`` (None when there is none)."""
+    if config.eval is None or not config.eval.source:
+        return None
+    from prl.envs.source import EnvSource
+    from prl.orchestrator.evals import OnlineEval
+
+    attempt = os.environ.get("PRL_ATTEMPT_CONFIG_DIR")
+    attempt_dir = Path(attempt) if attempt else None
+    envs = {s.name: EnvSource(s, "eval", run_dir, attempt_config_dir=attempt_dir) for s in config.eval.source}
+    return OnlineEval(config.eval, envs, client, renderer, monitors, config.concurrency.max_inflight)
+
+
 def run_orchestrator(config: Any, run_dir: Path) -> int:
     """Run the orchestrator of ``config`` in ``run_dir``; returns the exit code."""
     from prl.orchestrator.loop import Orchestrator
@@ -58,16 +71,19 @@ def run_orchestrator(config: Any, run_dir: Path) -> int:
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    client, renderer, monitors = build_client(config), build_renderer(config), build_monitors(config, run_dir)
     orchestrator = Orchestrator(
         config,
         run_dir,
         sources=build_sources(config, run_dir),
-        client=build_client(config),
-        renderer=build_renderer(config),
+        client=client,
+        renderer=renderer,
         weights=build_weight_consumer(config, run_dir),
-        monitors=build_monitors(config, run_dir),
+        monitors=monitors,
+        evaluator=build_evaluator(config, run_dir, client, renderer, monitors),
     )
     return asyncio.run(orchestrator.run())
 

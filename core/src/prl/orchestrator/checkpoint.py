@@ -62,7 +62,9 @@ def resume_dir(config: Any, run_dir: Path) -> Path | None:
         if p.name[5:].isdigit() and (p / "orchestrator" / FILE).exists() and (p / "trainer" / ".metadata").exists()
     )
     if not steps:
-        raise FileNotFoundError(f"--resume: no complete checkpoint (trainer/.metadata and orchestrator/{FILE}) in {root}")
+        raise FileNotFoundError(
+            f"--resume: no complete checkpoint (trainer/.metadata and orchestrator/{FILE}) in {root}"
+        )
     return root / f"step_{steps[-1]}"
 
 

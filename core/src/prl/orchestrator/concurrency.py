@@ -1,17 +1,20 @@
 """Adaptive in-flight limit between ``min_inflight`` and ``max_inflight`` (AIMD on throughput).
 
-The limit starts at ``min_inflight``. Completions are counted in windows of ``max(8, limit)``
+The limit starts at ``min_inflight``. Completions are counted in windows of ``max(4, limit)``
 episodes; at the end of each window the completion rate is compared with the previous
 window's:
 
-* the rate rose by more than 5 % (or this is the first window): the limit grows by a
-  quarter (at least 1), since more parallel work still buys throughput;
+* the rate rose by more than 5 % (or this is the first window): the limit grows, since
+  more parallel work still buys throughput. It doubles until the first window that brings
+  no gain ("slow start", so a run starting at 1 reaches a few hundred within a few
+  windows), and grows by a quarter (at least 1) after that;
 * the rate fell by more than 10 % after a growth step: the server is saturated, so the
   limit goes back down by a fifth;
 * otherwise it stays.
 
-An errored or timed-out rollout halves the limit at once (multiplicative decrease), as
-such failures usually mean an overloaded inference or env server.
+A timed-out rollout halves the limit at once (multiplicative decrease), as timeouts usually
+mean an overloaded inference or env server. (Errors are not counted: a taskset that raises
+on some tasks says nothing about load.)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class AdaptiveConcurrency:
         self._window_done = 0
         self._last_rate: float | None = None
         self._grew = False
+        self._slow_start = True
 
     def _clamp(self, value: float) -> int:
         return int(max(self.low, min(self.high, value)))
@@ -36,18 +40,22 @@ class AdaptiveConcurrency:
     def on_done(self, failed: bool = False) -> None:
         if failed:
             self.limit = self._clamp(self.limit // 2)
+            self._slow_start = False
             self._reset_window()
             return
         self._window_done += 1
-        if self._window_done < max(8, self.limit):
+        if self._window_done < max(4, self.limit):
             return
         elapsed = max(self.clock() - self._window_start, 1e-9)
         rate = self._window_done / elapsed
         if self._last_rate is None or rate > self._last_rate * 1.05:
-            self.limit = self._clamp(self.limit + max(1, self.limit // 4))
+            step = self.limit if self._slow_start else max(1, self.limit // 4)
+            self.limit = self._clamp(self.limit + step)
             self._grew = True
-        elif self._grew and rate < self._last_rate * 0.9:
-            self.limit = self._clamp(self.limit - max(1, self.limit // 5))
+        else:
+            self._slow_start = False
+            if self._grew and rate < self._last_rate * 0.9:
+                self.limit = self._clamp(self.limit - max(1, self.limit // 5))
             self._grew = False
         self._last_rate = rate
         self._reset_window()

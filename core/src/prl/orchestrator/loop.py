@@ -13,7 +13,10 @@ Versions and steps: batch ``S`` (steps count from 1) is trained on the weights o
   the traces become samples (:mod:`prl.orchestrator.samples`) queued in the buffer.
 * Batch ``S`` is shipped once the buffer holds ``batch_size`` counted traces and ``V >=
   S - 2``; at every weight update, in-flight groups already too stale for batch ``S`` are
-  cancelled.
+  cancelled, and an online evaluation starts when ``V`` is a multiple of
+  ``eval.interval`` (:mod:`prl.orchestrator.evals`).
+* A stalled run says what it waits for: the batch being collected (traces ready, episodes
+  in flight) or the weights version it needs, every minute.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Orchestrator:
         renderer: Any,
         weights: Any,
         monitors: list | None = None,
+        evaluator: Any = None,
     ) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
@@ -60,6 +64,8 @@ class Orchestrator:
         self.renderer = renderer
         self.weights = weights
         self.monitors = monitors or []
+        self.evaluator = evaluator  # prl.orchestrator.evals.OnlineEval or None
+        self._no_eval_at: int | None = None
         self.step = 1
         self.progress = {"total_samples": 0, "total_tokens": 0, "total_episodes": 0}
         self.buffer = GroupBuffer(config.batch_size, config.constant_trainer_batch_size, config.max_off_policy_steps)
@@ -88,6 +94,29 @@ class Orchestrator:
 
     # ---- main -------------------------------------------------------------------------
     async def run(self) -> int:
+        dispatcher = None
+        try:
+            await self._start()
+            dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
+            dispatcher.add_done_callback(self._task_failed)
+            while self.config.max_steps is None or self.step <= self.config.max_steps:
+                await self._ship_next()
+            if self.config.max_steps is not None:
+                # The trainer waits for an acknowledgement of its final version.
+                await self.follower.wait_for(self.config.max_steps, self.config.weight_broadcast.timeout)
+            if self.evaluator is not None:
+                await self.evaluator.finish()
+        finally:
+            if dispatcher is not None:
+                dispatcher.cancel()
+            await self._shutdown()
+        return 0
+
+    async def _start(self) -> None:
+        wait_ready = getattr(self.client, "wait_ready", None)
+        if wait_ready is not None:
+            log.info("waiting for inference at %s", getattr(self.client, "base_url", "?"))
+            await wait_ready(timeout=self.config.client.timeout)
         for source in self.sources:
             await source.env.start()
             source.make_sampler()
@@ -97,21 +126,12 @@ class Orchestrator:
             self.load_state_dict(checkpoint.load_state(step_dir))
             # Inference started from the base model; the trainer re-broadcasts version N.
             first, loaded = self.step - 1, None
+            self._no_eval_at = first  # evaluated before the checkpoint was taken
             log.info("resumed from %s: next batch is step %d", step_dir, self.step)
+        if self.evaluator is not None:
+            await self.evaluator.start()
         self.follower = WeightFollower(self.weights, self.client, first, loaded, on_update=self._on_version)
         self.follower.start(last=self.config.max_steps)
-        dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
-        dispatcher.add_done_callback(self._task_failed)
-        try:
-            while self.config.max_steps is None or self.step <= self.config.max_steps:
-                await self._ship_next()
-            if self.config.max_steps is not None:
-                # The trainer waits for an acknowledgement of its final version.
-                await self.follower.wait_for(self.config.max_steps, self.config.weight_broadcast.timeout)
-        finally:
-            dispatcher.cancel()
-            await self._shutdown()
-        return 0
 
     async def _shutdown(self) -> None:
         for task in list(self.inflight):
@@ -119,10 +139,15 @@ class Orchestrator:
         await asyncio.gather(*self.inflight, return_exceptions=True)
         if self.follower is not None:
             await self.follower.stop()
+        if self.evaluator is not None:
+            await self.evaluator.close()
         for source in self.sources:
             await source.env.close()
         for monitor in self.monitors:
             monitor.close()
+        aclose = getattr(self.client, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
     def _task_failed(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and self._fatal is None:
@@ -181,7 +206,7 @@ class Orchestrator:
         finally:
             self.inflight_episodes -= 1
             self._wake.set()
-        self.concurrency.on_done(failed=not trace.ok)
+        self.concurrency.on_done(failed=trace.is_timeout)
         return trace
 
     async def _run_group(self, source: TrainSource, task: Any, version: int) -> None:
@@ -216,6 +241,8 @@ class Orchestrator:
             if dispatched < oldest:
                 task.cancel()
                 self.cancelled_groups += 1
+        if self.evaluator is not None and self.evaluator.due(version) and version != self._no_eval_at:
+            self.evaluator.launch(version)
         self._wake.set()
 
     # ---- batches ----------------------------------------------------------------------
@@ -279,8 +306,8 @@ class Orchestrator:
         m.update(self.concurrency.metrics())
         lags = batch.lags or [0]
         m.update({
-            "off_policy/mean_lag": sum(lags) / len(lags),
-            "off_policy/max_lag": float(max(lags)),
+            "off_policy/mean_steps": sum(lags) / len(lags),
+            "off_policy/max_steps": float(max(lags)),
             "off_policy/cancelled_groups": float(self.cancelled_groups),
             "batch/traces": float(len(batch.traces)),
             "batch/samples": float(sum(len(t.samples) for t in batch.traces)),
@@ -306,4 +333,5 @@ class Orchestrator:
             if self.records:
                 monitor.log_traces(self.records, step)
         self.window, self.records = [], []
-        print(console_line(step, m), flush=True)
+        if not any(getattr(mon, "key", None) == "console" for mon in self.monitors):
+            print(console_line(step, m), flush=True)

@@ -56,7 +56,7 @@ def console_line(step: int, m: dict[str, float]) -> str:
         f"Reward {reward:.4f}",
         f"Seq len {m.get('seq_len/all/mean', 0.0):.1f}",
         f"Samples {int(m.get('batch/samples', 0))}",
-        f"Off-policy {m.get('off_policy/mean_lag', 0.0):.2f}",
+        f"Off-policy {m.get('off_policy/mean_steps', 0.0):.2f}",
         f"Wait policy {m.get('time/wait_for_policy', 0.0):.2f}s",
         f"Version {int(m.get('progress/policy_version', 0))}",
     ]
@@ -89,7 +89,7 @@ def trace_record(trace: Trace, group: str, dispatch: int, arrival: float, durati
     """A shallow dict of ``trace`` for ``Monitor.log_traces`` (no deep copies of token lists)."""
     record = dict(vars(trace))
     record["branches"] = [dict(vars(b)) for b in trace.branches]
-    advantages = [a for b in trace.branches for a in (b.advantages or [])[:1]]
+    advantages = [a for b in trace.branches for a, s in zip(b.advantages or [], b.sampled_mask) if s][:1]
     record.update(
         id=trace.trace_id,
         kind="train",

@@ -96,9 +96,8 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
 
 def dummy_micro_batch() -> dict[str, Any]:
     """One padding token that trains nothing (loss mask false, all weights 0)."""
-    return micro_batch(
-        [TrainingSample([0], [False], [0.0], [0.0], 1.0, [0.0], [0.0], [0.0], env_name="", trace_id="", branch_index=-1)]
-    )
+    pad = TrainingSample([0], [False], [0.0], [0.0], 1.0, [0.0], [0.0], [0.0], env_name="", branch_index=-1)
+    return micro_batch([pad])
 
 
 def pack(samples: list[TrainingSample], seq_len: int, ranks: int) -> list[list[dict[str, Any]]]:

@@ -14,9 +14,16 @@ Each branch of a trace becomes one :class:`prl.types.TrainingSample` (one packed
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from prl.types import Branch, Trace, TrainingSample
+
+
+ALIGNED = ("sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs")
+SAMPLE_LISTS = (
+    "input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights",
+)  # fmt: skip
 
 
 class MalformedTrace(ValueError):
@@ -43,20 +50,27 @@ def _check(branch: Branch, name: str, values: list | None) -> None:
 
 def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage: float) -> TrainingSample:
     n = len(branch.token_ids)
-    for name in ("sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs"):
+    for name in ALIGNED:
         _check(branch, name, getattr(branch, name))
-    sampled = branch.sampled_mask
-    adv = list(branch.advantages) if branch.advantages is not None else [0.0] * n
-    rl = list(branch.rl_weights) if branch.rl_weights is not None else [1.0 if s else 0.0 for s in sampled]
-    ce = list(branch.ce_weights) if branch.ce_weights is not None else [0.0] * n
-    kl = list(branch.ref_kl_weights) if branch.ref_kl_weights is not None else [0.0] * n
-    rl = [w if w and abs(a) > min_abs_advantage else 0.0 for w, a in zip(rl, adv)]
-    mask = [bool(a or b or c) for a, b, c in zip(rl, ce, kl)]
+    # Lists are shared with the branch, not copied: nothing downstream mutates them, and
+    # this conversion runs once per episode on the orchestrator's hot path.
+    adv = branch.advantages if branch.advantages is not None else [0.0] * n
+    rl = branch.rl_weights if branch.rl_weights is not None else list(map(float, branch.sampled_mask))
+    ce = branch.ce_weights if branch.ce_weights is not None else [0.0] * n
+    kl = branch.ref_kl_weights if branch.ref_kl_weights is not None else [0.0] * n
+    if min_abs_advantage == 0.0:
+        rl = list(map(operator.mul, rl, map(bool, adv)))  # w * (A != 0)
+    else:
+        rl = [w if abs(a) > min_abs_advantage else 0.0 for w, a in zip(rl, adv)]
+    if any(ce) or any(kl):
+        mask = [bool(a or b or c) for a, b, c in zip(rl, ce, kl)]
+    else:
+        mask = list(map(bool, rl))
     return TrainingSample(
-        input_ids=list(branch.token_ids),
+        input_ids=branch.token_ids,
         loss_mask=mask,
         advantages=adv,
-        inference_logprobs=[float(x) for x in branch.logprobs],
+        inference_logprobs=branch.logprobs,
         temperature=float(branch.temperature),
         rl_weights=rl,
         ce_weights=ce,
@@ -64,12 +78,12 @@ def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage
         env_name=trace.env,
         trace_id=trace.trace_id,
         branch_index=index,
-        ref_logprobs=list(branch.ref_logprobs) if branch.ref_logprobs is not None else None,
+        ref_logprobs=branch.ref_logprobs,
     )
 
 
 def _truncate(sample: TrainingSample, seq_len: int) -> None:
-    for name in ("input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights"):
+    for name in SAMPLE_LISTS:
         setattr(sample, name, getattr(sample, name)[:seq_len])
     if sample.ref_logprobs is not None:
         sample.ref_logprobs = sample.ref_logprobs[:seq_len]

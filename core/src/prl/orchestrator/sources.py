@@ -52,7 +52,9 @@ class TrainSource:
         self.sampler = make_sampler(self.config.sampler.type, self.env.tasks(), self.config.sampler.seed)
 
 
-def resolve_source(group: TrainGroupConfig, source: SourceConfig, env: Any, algorithm: Any | None = None) -> TrainSource:
+def resolve_source(
+    group: TrainGroupConfig, source: SourceConfig, env: Any, algorithm: Any | None = None
+) -> TrainSource:
     algo_cfg = source.algo if source.algo is not None else group.algo
     return TrainSource(
         name=source.name,
@@ -72,7 +74,7 @@ class SourceMixer:
     def __init__(self, sources: list[TrainSource], seed: int) -> None:
         if not sources:
             raise ValueError("orchestrator.train.source: at least one train source is required")
-        self.sources = sources
+        self.sources = list(sources)  # a dead source leaves the mix, not the run's list
         self.weights = [s.ratio for s in sources]
         self.rng = random.Random(seed)
 
@@ -82,7 +84,8 @@ class SourceMixer:
         return self.rng.choices(self.sources, weights=self.weights)[0]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": rng_to_json(self.rng), "samplers": {s.name: s.sampler.state_dict() for s in self.sources if s.sampler}}
+        samplers = {s.name: s.sampler.state_dict() for s in self.sources if s.sampler}
+        return {"rng": rng_to_json(self.rng), "samplers": samplers}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.setstate(rng_from_json(state["rng"]))

@@ -9,6 +9,19 @@ File content (msgpack, floats as 32-bit)::
     {"format": 1, "step": S, "rank": r, "micro_batches": [<micro-batch dict>, ...]}
 
 This module is torch-free; the trainer imports :func:`read_batch` from here.
+
+What the trainer of a run does with it (steps count from 1; version ``v`` is the weights
+after step ``v``, the base model being version 0):
+
+1. at start, publish its weights as version ``start - 1`` through the weight transport
+   (the orchestrator acknowledges it; for a fresh run inference already serves it);
+2. for each step ``S``: ``read_batch(run_dir, S, rank, timeout)``, train on the returned
+   micro-batches, then (rank 0) publish version ``S``, the final step included: the
+   orchestrator waits to acknowledge it before it exits.
+
+Every rank receives the same number of micro-batches; padding micro-batches have an
+all-false ``loss_mask`` and an empty ``trace_ids`` entry. The micro-batch fields are those
+of :mod:`prl.orchestrator.packing`.
 """
 
 from __future__ import annotations
@@ -70,7 +83,8 @@ def read_batch(run_dir: Path, step: int, rank: int, timeout: float, poll: float 
     with open(path, "rb") as fh:
         payload = msgpack.unpackb(fh.read(), strict_map_key=False)
     if payload.get("format") != FORMAT or payload.get("step") != step or payload.get("rank") != rank:
-        raise ValueError(f"{path}: unexpected batch header (format {payload.get('format')}, step {payload.get('step')}, rank {payload.get('rank')})")
+        header = {k: payload.get(k) for k in ("format", "step", "rank")}
+        raise ValueError(f"{path}: unexpected batch header {header}")
     return payload["micro_batches"]
 
 

@@ -65,7 +65,7 @@ class WeightFollower:
         started = time.monotonic()
         await self.client.pause()
         try:
-            await self.client.update_weights(weight_dir)
+            await self.client.update_weights(weight_dir, version=version)
         finally:
             await self.client.resume()
         log.info("inference now serves policy version %d (loaded in %.2fs)", version, time.monotonic() - started)
@@ -79,10 +79,16 @@ class WeightFollower:
 
     async def wait_for(self, version: int, timeout: float) -> float:
         """Wait until ``version`` (or newer) is loaded; return the seconds waited."""
-        started = time.monotonic()
+        started = said = time.monotonic()
         while self.version is None or self.version < version:
             self.check()
             waited = time.monotonic() - started
+            if time.monotonic() - said >= 60.0:
+                said = time.monotonic()
+                log.info(
+                    "waiting for the trainer's weights version %d (broadcasts/step_%d) (%.0f s)",
+                    version, version, waited,
+                )
             if waited >= timeout:
                 raise TimeoutError(
                     f"waited {waited:.0f}s for the trainer's weights version {version} "

@@ -13,8 +13,8 @@ def register_plugin():
     names: list[str] = []
 
     def _register(obj, name: str = "inline-test-plugin", dist: str = "inline") -> None:
+        names.append(name)  # before registering: a failing rebuild must still be undone
         register_inline(obj, name, dist)
-        names.append(name)
 
     try:
         yield _register

@@ -1,0 +1,1 @@
+"""prl plugin TEMPLATE (see :mod:`prl_TEMPLATE.plugin`)."""

@@ -1,0 +1,1 @@
+"""prl loss plugin ``cispo`` (see :mod:`prl_loss_cispo.loss`)."""

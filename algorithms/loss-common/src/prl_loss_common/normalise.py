@@ -1,0 +1,137 @@
+"""Combining the three loss components with global scales (spec ``rl-loop.md`` §3).
+
+    loss = Σ rl / rl_scale + Σ ce / ce_scale + Σ ref_kl / ref_kl_scale
+
+* ``rl_scale`` is the sum of rl weights over the rl tokens (``loss_mask`` and rl weight ≠ 0)
+  of the whole step, on every rank; with unit weights it is the rl token count.
+* ``ce_scale`` and ``ref_kl_scale`` count the tokens whose ce / ref_kl weight is ≠ 0.
+* A token with weight 0 is dropped from that component's mask and from its denominator,
+  so components never dilute each other.
+
+Scales are summed over every micro-batch of the step first (``local_scales`` per
+micro-batch, added), then over ranks (``global_scales``), and only then is any micro-batch
+normalised; so gradient accumulation over micro-batches and ranks gives exactly the
+gradient of the one global loss above. A component with no tokens anywhere has scale 0
+and contributes 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import copy
+from dataclasses import dataclass, field
+
+from prl.lazy import lazy_import
+
+torch = lazy_import("torch")  # registry loads must stay torch-free
+if TYPE_CHECKING:
+    from torch import Tensor
+from prl.contracts.loss import Loss, LossInputs
+
+from prl_loss_common.components import ce_loss, ref_kl_loss
+from prl_loss_common.ratios import rl_mask
+
+
+@dataclass
+class Scales:
+    """Denominators of the three components (local until passed to ``global_scales``)."""
+
+    rl: float = 0.0
+    ce: float = 0.0
+    ref_kl: float = 0.0
+
+    def __add__(self, other: Scales) -> Scales:
+        return Scales(self.rl + other.rl, self.ce + other.ce, self.ref_kl + other.ref_kl)
+
+    def __radd__(self, other: object) -> Scales:
+        # sum() starts from 0
+        if other == 0:
+            return self
+        return NotImplemented
+
+
+def local_scales(
+    loss_mask: Tensor,
+    rl_weights: Tensor | None = None,
+    ce_weights: Tensor | None = None,
+    ref_kl_weights: Tensor | None = None,
+) -> Scales:
+    """This micro-batch's contribution to the three denominators."""
+    mask = rl_mask(loss_mask, rl_weights)
+    if rl_weights is None:
+        rl = float(mask.sum())
+    else:
+        rl = float(torch.where(mask, rl_weights.float(), 0.0).sum())
+    ce = float((ce_weights != 0).sum()) if ce_weights is not None else 0.0
+    ref_kl = float((ref_kl_weights != 0).sum()) if ref_kl_weights is not None else 0.0
+    return Scales(rl, ce, ref_kl)
+
+
+def global_scales(scales: Scales, group: object | None = None) -> Scales:
+    """Sum ``scales`` over the ranks of ``group`` (no-op without torch.distributed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return scales
+    buf = torch.tensor([scales.rl, scales.ce, scales.ref_kl], dtype=torch.float64)
+    if dist.get_backend(group) == "nccl":
+        buf = buf.cuda()
+    dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+    rl, ce, ref_kl = buf.tolist()
+    return Scales(rl, ce, ref_kl)
+
+
+@dataclass
+class ComponentSums:
+    """Un-normalised sums of the three components for one micro-batch, and their metrics."""
+
+    rl: Tensor
+    ce: Tensor
+    ref_kl: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
+
+
+def component_losses(
+    loss: Loss,
+    inputs: LossInputs,
+    ce_weights: Tensor | None = None,
+    ref_kl_weights: Tensor | None = None,
+) -> ComponentSums:
+    """Run the rl loss and the fixed ce / ref_kl components on one micro-batch.
+
+    The rl loss sees ``loss_mask`` already narrowed to its tokens (rl weight ≠ 0), so a
+    custom loss need not re-derive it; it may return per-token losses or their sum. A
+    component without tokens contributes an exact 0 that still belongs to the graph, so
+    every rank can run backward.
+    """
+    anchor = inputs.trainer_logprobs.sum() * 0.0
+    metrics: dict[str, Tensor] = {}
+    rl = ce = ref_kl = anchor
+    active = rl_mask(inputs.loss_mask, inputs.rl_weights)
+    if bool(active.any()):
+        # a shallow copy keeps any extra per-token inputs (e.g. score centering's
+        # sampling-mask logprobs), which dataclasses.replace would drop
+        narrowed = copy.copy(inputs)
+        narrowed.loss_mask = active
+        out = loss(narrowed)
+        rl = anchor + out.loss.sum()
+        metrics.update(out.metrics)
+    if ce_weights is not None and bool((ce_weights != 0).any()):
+        out = ce_loss(inputs.trainer_logprobs, ce_weights)
+        ce = anchor + out.loss.sum()
+        metrics.update(out.metrics)
+    if ref_kl_weights is not None and bool((ref_kl_weights != 0).any()):
+        out = ref_kl_loss(inputs.trainer_logprobs, inputs.inference_logprobs, inputs.ref_logprobs, ref_kl_weights)
+        ref_kl = anchor + out.loss.sum()
+        metrics.update(out.metrics)
+    return ComponentSums(rl, ce, ref_kl, metrics)
+
+
+def normalise(sums: ComponentSums, scales: Scales) -> Tensor:
+    """Σrl/rl_scale + Σce/ce_scale + Σref_kl/ref_kl_scale (a zero scale counts as 1: its sum is 0)."""
+
+    def scaled(total: Tensor, scale: float) -> Tensor:
+        return total / scale if scale > 0 else total
+
+    return scaled(sums.rl, scales.rl) + scaled(sums.ce, scales.ce) + scaled(sums.ref_kl, scales.ref_kl)

@@ -1,0 +1,162 @@
+"""Normalisation of spec rl-loop.md §3 on two micro-batches, checked by hand."""
+
+import math
+from typing import ClassVar
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prl.contracts.loss import Loss, LossInputs, LossOutputs
+
+from prl_loss_common import (
+    Scales,
+    component_losses,
+    global_scales,
+    local_scales,
+    normalise,
+    weights_or_ones,
+    zero_where,
+)
+
+
+class Reinforce(Loss):
+    """-w * A * log p on the rl tokens; records the mask it was given."""
+
+    type: ClassVar[str] = "test-reinforce"
+
+    def __init__(self):
+        self.seen_masks = []
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs:
+        self.seen_masks.append(inputs.loss_mask.tolist())
+        weights = weights_or_ones(inputs.rl_weights, inputs.trainer_logprobs)
+        per_token = -weights * inputs.advantages * inputs.trainer_logprobs
+        return LossOutputs(loss=zero_where(inputs.loss_mask, per_token))
+
+
+def _t(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _mb(logp, mask, adv, rl_w, ce_w):
+    return dict(
+        inputs=LossInputs(
+            trainer_logprobs=_t(logp).log().requires_grad_(),
+            inference_logprobs=_t(logp).log(),
+            advantages=_t(adv),
+            loss_mask=torch.tensor(mask),
+            rl_weights=None if rl_w is None else _t(rl_w),
+        ),
+        ce=None if ce_w is None else _t(ce_w),
+    )
+
+
+def test_scales_sum_weights_and_count_tokens():
+    local = local_scales(torch.tensor([True, True, False]), _t([1.0, 0.5, 3.0]), _t([0, 0, 2.0]), _t([1.0, 1, 0]))
+    assert local == Scales(rl=1.5, ce=1.0, ref_kl=2.0)
+    assert local_scales(torch.tensor([True, False, True])) == Scales(rl=2.0)
+    total = sum([local, Scales(rl=1.0, ce=2.0)])
+    assert total == Scales(rl=2.5, ce=3.0, ref_kl=2.0)
+    assert global_scales(total) == total  # no process group: unchanged
+
+
+def test_two_micro_batches_match_the_global_formula():
+    mbs = [
+        _mb([0.5, 0.25, 0.5], [True, True, False], [1.0, 2.0, 9.0], [1.0, 0.5, 0.0], [0.0, 0.0, 1.0]),
+        _mb([0.5, 0.125], [True, True], [-1.0, 4.0], [2.0, 0.0], [1.0, 0.0]),
+    ]
+    scales = global_scales(sum(local_scales(m["inputs"].loss_mask, m["inputs"].rl_weights, m["ce"]) for m in mbs))
+    assert scales == Scales(rl=3.5, ce=2.0, ref_kl=0.0)
+    loss = Reinforce()
+    total = 0.0
+    for m in mbs:
+        sums = component_losses(loss, m["inputs"], ce_weights=m["ce"])
+        part = normalise(sums, scales)
+        part.backward()
+        total += part.item()
+    ln2 = math.log(2)
+    rl = (1 * 1 * ln2 + 0.5 * 2 * 2 * ln2) + (2 * -1 * ln2)  # -w A log p summed
+    ce = ln2 + ln2  # -log .5 on mb 0's token 2 and mb 1's token 0
+    assert total == pytest.approx(rl / 3.5 + ce / 2.0)
+    # the weight-0 token of mb 1 never reached the rl loss
+    assert loss.seen_masks == [[True, True, False], [True, False]]
+    # gradients: rl -w A / 3.5, ce -w / 2
+    assert mbs[0]["inputs"].trainer_logprobs.grad.tolist() == pytest.approx([-1 / 3.5, -1 / 3.5, -0.5])
+    assert mbs[1]["inputs"].trainer_logprobs.grad.tolist() == pytest.approx([2 / 3.5 - 0.5, 0.0])
+
+
+def test_empty_components_still_give_a_backward_able_zero():
+    mb = _mb([0.5], [False], [1.0], [1.0], None)
+    sums = component_losses(Reinforce(), mb["inputs"])
+    out = normalise(sums, Scales())
+    assert out.item() == 0.0 and out.requires_grad
+    out.backward()
+    assert mb["inputs"].trainer_logprobs.grad.tolist() == [0.0]
+
+
+def test_metrics_of_all_components_are_merged():
+    mb = _mb([0.5, 0.5], [True, False], [1.0, 1.0], None, [0.0, 1.0])
+    mb["inputs"].ref_logprobs = _t([0.25, 0.25]).log()
+    sums = component_losses(Reinforce(), mb["inputs"], ce_weights=mb["ce"], ref_kl_weights=_t([1.0, 0.0]))
+    assert {"nll", "ref_kl", "ref_kl/is_masked"} <= set(sums.metrics)
+    assert sums.ref_kl.item() == pytest.approx(math.log(2))
+
+
+def test_extra_inputs_reach_the_rl_loss_and_the_caller_keeps_its_mask():
+    seen = []
+
+    class Probe(Reinforce):
+        def __call__(self, inputs):
+            seen.append(getattr(inputs, "trainer_mask_logprobs", None))
+            return super().__call__(inputs)
+
+    mb = _mb([0.5, 0.5], [True, True], [1.0, 1.0], [1.0, 0.0], None)
+    mb["inputs"].trainer_mask_logprobs = "extra"
+    component_losses(Probe(), mb["inputs"])
+    assert seen == ["extra"]
+    assert mb["inputs"].loss_mask.tolist() == [True, True]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tokens=st.lists(
+        st.tuples(
+            st.floats(0.05, 0.95),  # p
+            st.booleans(),  # in loss_mask
+            st.sampled_from([0.0, 0.5, 1.0, 2.0]),  # rl weight
+            st.sampled_from([0.0, 1.0]),  # ce weight
+        ),
+        min_size=2,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(1, 11), max_size=3),
+)
+def test_any_split_into_micro_batches_gives_the_same_loss_and_gradient(tokens, cuts):
+    probs, mask, rl_w, ce_w = (list(col) for col in zip(*tokens))
+    logp = _t(probs).log().requires_grad_()
+    adv = _t([1.0 - i * 0.3 for i in range(len(tokens))])
+
+    def run(bounds):
+        pieces = [
+            LossInputs(
+                trainer_logprobs=logp[a:b],
+                inference_logprobs=logp[a:b].detach(),
+                advantages=adv[a:b],
+                loss_mask=torch.tensor(mask[a:b]),
+                rl_weights=_t(rl_w[a:b]),
+            )
+            for a, b in bounds
+        ]
+        ces = [_t(ce_w[a:b]) for a, b in bounds]
+        scales = global_scales(sum(local_scales(p.loss_mask, p.rl_weights, c) for p, c in zip(pieces, ces)))
+        total = sum(normalise(component_losses(Reinforce(), p, ce_weights=c), scales) for p, c in zip(pieces, ces))
+        (grad,) = torch.autograd.grad(total, logp)
+        return total.item(), grad
+
+    n = len(tokens)
+    edges = sorted({0, n, *(c for c in cuts if c < n)})
+    whole, whole_grad = run([(0, n)])
+    split, split_grad = run(list(zip(edges, edges[1:])))
+    assert split == pytest.approx(whole)
+    assert torch.allclose(split_grad, whole_grad)

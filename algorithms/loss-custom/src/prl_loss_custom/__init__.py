@@ -1,0 +1,1 @@
+"""prl loss plugin ``custom`` (see :mod:`prl_loss_custom.loss`)."""

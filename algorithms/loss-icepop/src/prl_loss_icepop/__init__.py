@@ -1,0 +1,1 @@
+"""prl loss plugin ``icepop`` (see :mod:`prl_loss_icepop.loss`)."""

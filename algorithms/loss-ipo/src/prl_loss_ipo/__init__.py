@@ -1,0 +1,1 @@
+"""prl loss plugin ``ipo`` (see :mod:`prl_loss_ipo.loss`)."""

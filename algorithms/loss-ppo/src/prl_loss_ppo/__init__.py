@@ -1,0 +1,1 @@
+"""prl loss plugin ``ppo`` (see :mod:`prl_loss_ppo.loss`)."""

@@ -1,0 +1,109 @@
+"""Evaluations during RL training (``[orchestrator.eval]``).
+
+When inference starts serving a policy version ``v`` with ``v % interval == 0`` (v > 0),
+every eval source runs ``num_examples`` examples (all of its eval-split tasks when unset)
+with ``k`` rollouts each, in the background, alongside training rollouts and at most
+``max_inflight`` eval rollouts at a time. ``k`` is the source's ``group_size``, else
+``eval.group_size``; sampling is ``eval.sampling`` overlaid by the source's, unset fields
+keeping the server defaults.
+
+Metrics are those of ``prl eval`` (``eval/<env>/avg@k``, ``eval/<env>/pass@k``, ...), logged
+at step ``v`` with producer ``orch``. Evaluations still running when training ends are
+awaited so the final one is not lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from prl.types import Sampling
+
+log = logging.getLogger("prl.orchestrator")
+
+
+def eval_sampling(group: Any, source: Any) -> Sampling:
+    merged = {**group.sampling.model_dump(exclude_none=True), **source.sampling.model_dump(exclude_none=True)}
+    return Sampling(
+        temperature=merged.get("temperature", 1.0),
+        top_p=merged.get("top_p", 1.0),
+        top_k=merged.get("top_k"),
+        max_tokens=merged.get("max_completion_tokens"),
+        seed=merged.get("seed"),
+    )
+
+
+class OnlineEval:
+    """Background evaluations of the current policy (see module docstring)."""
+
+    def __init__(
+        self, config: Any, envs: dict[str, Any], client: Any, renderer: Any, monitors: list, max_inflight: int
+    ) -> None:
+        self.config = config
+        self.envs = envs
+        self.client = client
+        self.renderer = renderer
+        self.monitors = monitors
+        self.limit = asyncio.Semaphore(max_inflight)
+        self.tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        for env in self.envs.values():
+            await env.start()
+
+    def due(self, version: int) -> bool:
+        return version > 0 and version % self.config.interval == 0
+
+    def launch(self, version: int) -> None:
+        self.tasks.append(asyncio.create_task(self.run(version), name=f"eval-{version}"))
+
+    async def run(self, version: int) -> dict[str, float]:
+        from prl.eval import summarize
+
+        metrics: dict[str, float] = {}
+        for source in self.config.source:
+            k = source.group_size or self.config.group_size
+            groups = await self._source(source, k, version)
+            metrics.update(summarize(source.name, groups, k))
+        for monitor in self.monitors:
+            monitor.log(metrics, version)
+        headline = {k: v for k, v in metrics.items() if "/avg@" in k or "/pass@" in k}
+        shown = " | ".join(f"{k.split('/')[1]} {k.rsplit('/', 1)[1]} {v:.4f}" for k, v in headline.items())
+        print(f"Eval step {version} | {shown}", flush=True)
+        return metrics
+
+    async def _source(self, source: Any, k: int, version: int) -> dict[str, list[dict]]:
+        from prl.eval import rollout_record
+
+        env = self.envs[source.name]
+        tasks = env.tasks()
+        if self.config.num_examples is not None:
+            tasks = tasks[: self.config.num_examples]
+        sampling = eval_sampling(self.config, source)
+
+        async def one(task: Any):
+            async with self.limit:
+                return await env.rollout(task, self.client, self.renderer, sampling, version)
+
+        async def group(task: Any) -> tuple[str, list[dict]]:
+            traces = await asyncio.gather(*(one(task) for _ in range(k)))
+            return task.task_id, [rollout_record(t, task.task_id, j) for j, t in enumerate(traces)]
+
+        return dict(await asyncio.gather(*(group(t) for t in tasks)))
+
+    async def finish(self) -> None:
+        """Wait for evaluations still running; a failed one is logged, not fatal."""
+        for task in self.tasks:
+            try:
+                await task
+            except Exception as exc:  # noqa: BLE001 - an eval failure must not fail training
+                log.error("evaluation %s failed: %s: %s", task.get_name(), type(exc).__name__, exc)
+        self.tasks.clear()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for env in self.envs.values():
+            await env.close()

@@ -1,0 +1,163 @@
+"""Local launcher: start, supervise and stop a run's processes on this machine.
+
+Order: servers first (children with a ``ready_file`` or a ``PRL_HEALTH_URL``), then, once
+every server is ready, the others. Supervision polls every child; the first one that
+exits non-zero (or a server that exits at all) stops the run: the others get SIGTERM, then
+SIGKILL after ``stop_timeout``, and the launcher returns that child's exit code (1 for a
+server that exited cleanly), naming it and showing the last lines of its log. SIGINT and
+SIGTERM to the launcher stop every child the same way and return 128 + the signal number.
+The run succeeds when every non-server child has exited with code 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from prl.contracts.launcher import Launcher, LauncherConfig, ProcessSpec
+from prl_launcher_local.children import Child, exit_code, stop_all
+
+POLL_S = 0.1
+SAY_EVERY_S = 15.0
+
+
+class RunStopped(Exception):
+    """The run must stop; ``code`` is the launcher's exit code."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+class LocalLauncher(Launcher):
+    """Runs every process on this machine (see the module docstring)."""
+
+    type: ClassVar[str] = "local"
+
+    class Config(LauncherConfig):
+        type: Literal["local"] = "local"
+        """Selects this launcher."""
+        gpus_per_node: Annotated[int, Field(ge=0)] = 0
+        """GPUs on this machine (0: CPU only)."""
+        num_infer_gpus: Annotated[int, Field(ge=0)] = 0
+        """GPUs given to inference (CUDA_VISIBLE_DEVICES 0..n-1)."""
+        num_train_gpus: Annotated[int, Field(ge=0)] = 0
+        """GPUs given to the trainer (the ones after inference's)."""
+        startup_timeout: Annotated[float, Field(gt=0)] = 600.0
+        """Seconds to wait for each server (inference) to become ready."""
+        stop_timeout: Annotated[float, Field(gt=0)] = 30.0
+        """Seconds a child gets to exit after SIGTERM before it is killed."""
+
+        @model_validator(mode="after")
+        def _fits(self):
+            if self.num_train_gpus + self.num_infer_gpus > self.gpus_per_node:
+                raise ValueError(
+                    f"num_train_gpus ({self.num_train_gpus}) + num_infer_gpus ({self.num_infer_gpus}) "
+                    f"exceeds gpus_per_node ({self.gpus_per_node})"
+                )
+            return self
+
+    def launch(self, processes: list[ProcessSpec]) -> int:
+        children = [Child(p) for p in processes]
+        self._signal: int | None = None
+        restore = self._install_signals()
+        try:
+            servers = [c for c in children if c.is_server]
+            for child in servers:
+                child.start()
+            self._wait_ready(servers, children)
+            for child in children:
+                if not child.is_server:
+                    child.start()
+            return self._supervise(children)
+        except RunStopped as stop:
+            return stop.code
+        finally:
+            stop_all([c for c in children if c.proc is not None], self.config.stop_timeout)
+            restore()
+
+    def dry_run(self, processes: list[ProcessSpec]) -> None:
+        for p in processes:
+            print(f"{p.name}: {' '.join(p.argv)}  > {p.log_path}")
+
+    # ---- internals ----------------------------------------------------------------------
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):
+            self._signal = signum
+
+        for sig in previous:
+            signal.signal(sig, handler)
+
+        def restore():
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+        return restore
+
+    def _check(self, children: list[Child]) -> list[Child]:
+        """Raise RunStopped on a signal or a failed child; return the children still running."""
+        if self._signal is not None:
+            name = signal.Signals(self._signal).name
+            alive = sum(c.poll() is None and c.proc is not None for c in children)
+            print(f"prl: {name} received; stopping {alive} processes", file=sys.stderr, flush=True)
+            raise RunStopped(128 + self._signal)
+        running = []
+        for child in children:
+            code = child.poll()
+            if code is None:
+                if child.proc is not None:
+                    running.append(child)
+            elif code != 0 or child.is_server:
+                self._report_death(child, code)
+                raise RunStopped(exit_code(code) or 1)
+        return running
+
+    def _report_death(self, child: Child, code: int) -> None:
+        child.join(1.0)
+        how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
+        print(
+            f"prl: process '{child.name}' {how}; stopping the others. Last lines of {child.spec.log_path}:\n"
+            f"{child.last_lines()}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _wait_ready(self, servers: list[Child], children: list[Child]) -> None:
+        started = time.monotonic()
+        said = started
+        pending = list(servers)
+        while pending:
+            self._check(children)
+            pending = [c for c in pending if not c.ready()]
+            now = time.monotonic()
+            if pending and now - started > self.config.startup_timeout:
+                child = pending[0]
+                print(
+                    f"prl: gave up waiting for {child.waiting_for()} after {self.config.startup_timeout:g}s. "
+                    f"Last lines of {child.spec.log_path}:\n{child.last_lines()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise RunStopped(1)
+            if pending and now - said >= SAY_EVERY_S:
+                said = now
+                for child in pending:
+                    print(f"prl: waiting for {child.waiting_for()} ({now - started:.0f} s)", flush=True)
+            if pending:
+                time.sleep(POLL_S)
+
+    def _supervise(self, children: list[Child]) -> int:
+        jobs = [c for c in children if not c.is_server]
+        while True:
+            self._check(children)
+            if all(c.poll() == 0 for c in jobs):
+                return 0
+            time.sleep(POLL_S)

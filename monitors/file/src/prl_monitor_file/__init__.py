@@ -1,0 +1,6 @@
+"""prl monitor plugin ``file``: metrics.jsonl and chunked episode traces under the run dir."""
+
+from prl_monitor_file.monitor import FileMonitor
+from prl_monitor_file.stream import read_trace
+
+__all__ = ["FileMonitor", "read_trace"]

@@ -1,0 +1,77 @@
+"""The ``file`` monitor (spec ``runs-and-artifacts.md`` §7), on by default.
+
+Layout under ``<run_dir>/monitors/file`` (or ``path``)::
+
+    metrics.jsonl                 one JSON object per row
+    traces/stream/00000.jsonl     episode traces, chunked (00000.jsonl.zst once sealed with compress)
+    traces/stream.index.jsonl     one summary row per episode: where to find it and its headline numbers
+
+A metrics row is ``{"step": <int|null>, "time": <unix s>, "<name>": <number>, ...,
+"producer": "orch"|"trainer"|"eval"|"online-eval"}``. Trainer rank 0, orchestrator and eval
+append to the same file, so each row is written with a single ``write`` on an ``O_APPEND``
+descriptor: rows from different processes never interleave, and nothing is buffered, so
+a crash loses no finished row. Readers merge rows by ``(step, producer)``; rows keyed by
+time carry ``step: null``. NaN and ±inf values are dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from prl.contracts.monitor import Monitor, MonitorConfig
+from pydantic import Field
+
+from prl_monitor_file.records import clean_metrics
+from prl_monitor_file.stream import TraceStream
+
+
+class FileMonitor(Monitor):
+    """Appends metric rows to ``metrics.jsonl`` and episodes to the chunked trace stream."""
+
+    key: ClassVar[str] = "file"
+    enabled_by_default: ClassVar[bool] = True
+
+    class Config(MonitorConfig):
+        """``[monitors.file]``."""
+
+        path: Path | None = None
+        """Output directory; None is <run_dir>/monitors/file, a relative path is under run_dir."""
+        chunk_bytes: Annotated[int, Field(ge=1)] = 5 * 1024**3
+        """Seal a trace chunk once it reaches this many bytes."""
+        compress: bool = False
+        """Compress sealed chunks to seekable zstd (needs the zstandard package)."""
+        float_decimals: Annotated[int, Field(ge=0)] = 4
+        """Digits kept for floats in trace records."""
+
+    config: Config
+
+    def __init__(self, config: Config, run_dir: Path, producer: str, run_name: str = "") -> None:
+        super().__init__(config, run_dir, producer, run_name)
+        root = config.path if config.path is not None else Path("monitors") / "file"
+        self.dir = root if root.is_absolute() else self.run_dir / root
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self._fd: int | None = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._stream = TraceStream(self.dir / "traces", config.chunk_bytes, config.compress, config.float_decimals)
+
+    def log(self, metrics: dict[str, float], step: int | None) -> None:
+        if self._fd is None:
+            raise RuntimeError("file monitor: log() after close()")
+        row: dict[str, Any] = {"step": step, "time": time.time()}
+        row.update(clean_metrics(metrics))
+        row["producer"] = self.producer
+        os.write(self._fd, (json.dumps(row, separators=(",", ":")) + "\n").encode())
+
+    def log_traces(self, traces: list[dict[str, Any]], step: int | None) -> None:
+        if traces:
+            self._stream.append(traces, step)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._stream.close()

@@ -1,0 +1,314 @@
+"""prl's routes on top of vLLM's OpenAI app (spec/rl-loop.md §1).
+
+vLLM serves ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``; prl wraps the
+two completion routes so completion ``token_ids`` are returned unless a client says
+otherwise, the prompt's prefix-cache salt names the policy version (unless the client sets
+``cache_salt``) and the reply names the policy ``version``. prl adds ``/health`` (with version
+and pause state), ``/liveness``, ``/is_paused``, token-in/token-out
+``/inference/v1/generate`` and the admin routes ``/update_weights``,
+``/load_lora_adapter``, ``/pause``, ``/resume`` (and ``/init_broadcaster``, answered 501).
+Admin routes need ``Authorization: Bearer <api_key>`` whenever a key is set, and the
+backend refuses to bind a non-loopback address without one.
+
+Weight updates: the directory is checked against the served model first (see
+:mod:`prl_inference_vllm.weights`); then, unless a client already paused the engine, the
+scheduler is paused with in-flight requests kept (mode "keep", KV cache kept), every
+worker reloads the weights in place (``collective_rpc("prl_reload_weights")``, see
+:mod:`prl_inference_vllm.worker`), the prefix
+cache is reset so no new request reuses blocks of the old policy, the engine's weight
+version label is set (vLLM then records ``weight_versions`` spans per completion) and the
+scheduler resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from prl_inference_vllm.generate import ApiError, GenerateRequest, generate_body, new_request_id, sampling_params
+from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir
+
+log = logging.getLogger("prl_inference_vllm")
+
+
+@dataclass
+class PrlState:
+    engine: Any
+    model_name: str
+    max_model_len: int
+    vocab_size: int
+    max_logprobs: int
+    served_config: dict[str, Any]
+    served_shapes: dict[str, list[int]] | None
+    api_key: str | None = None
+    lora_enabled: bool = False
+    version: int = 0
+    paused: bool = False
+    weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class UpdateWeightsRequest(_Open):
+    weight_dir: str | None = None
+    version: int | None = None
+
+
+class LoraRequest(_Open):
+    lora_name: str
+    lora_path: str
+
+
+def install(app: FastAPI, state: PrlState) -> None:
+    """Add prl's routes ahead of vLLM's, so a path both define is answered by prl."""
+    app.state.prl = state
+    router = _router(state)
+    before = len(app.router.routes)
+    app.include_router(router)
+    added = app.router.routes[before:]
+    del app.router.routes[before:]
+    app.router.routes[0:0] = added
+
+
+class _Route(APIRoute):
+    """Answers :class:`ApiError` itself: vLLM's catch-all handler would turn it into a 500."""
+
+    def get_route_handler(self):
+        inner = super().get_route_handler()
+
+        async def handler(request: Request):
+            try:
+                return await inner(request)
+            except ApiError as exc:
+                return JSONResponse(exc.body(), status_code=exc.status)
+
+        return handler
+
+
+def _admin(state: PrlState):
+    def check(request: Request) -> None:
+        if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}":
+            raise ApiError("admin route needs 'Authorization: Bearer <server.api_key>'", 401, "AuthenticationError")
+
+    return Depends(check)
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    try:
+        raw = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("request body is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise ApiError("request body must be a JSON object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise ApiError(_first_error(exc.errors())) from None
+
+
+def _first_error(errors: list[dict[str, Any]]) -> str:
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return f"invalid request: {where + ': ' if where else ''}{first.get('msg', 'malformed body')}"
+
+
+def _router(state: PrlState) -> APIRouter:
+    router = APIRouter(route_class=_Route)
+    engine = state.engine
+
+    @router.get("/health")
+    async def health() -> JSONResponse:
+        try:
+            await engine.check_health()
+        except Exception as exc:  # a dead engine must read as unhealthy, not crash the route
+            return JSONResponse(ApiError(f"engine is not healthy: {exc}", 503, "ServiceUnavailable").body(), 503)
+        return JSONResponse({"status": "ok", "version": state.version, "paused": state.paused})
+
+    @router.get("/liveness")
+    async def liveness() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/is_paused")
+    async def is_paused() -> dict[str, bool]:
+        return {"is_paused": state.paused}
+
+    @router.post("/inference/v1/generate")
+    async def generate(request: Request) -> Any:
+        from vllm.entrypoints.serve.utils.api_utils import with_cancellation
+
+        body = await _body(request, GenerateRequest)
+        # A client that hangs up cancels the task, and vLLM aborts the request.
+        return await with_cancellation(_generate)(body, request, state)
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        from vllm.entrypoints.openai.completion.api_router import create_completion
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+        return await _openai(state, request, CompletionRequest, create_completion)
+
+    @router.post("/v1/chat/completions")
+    async def chat(request: Request) -> Any:
+        from vllm.entrypoints.openai.chat_completion.api_router import create_chat_completion
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        return await _openai(state, request, ChatCompletionRequest, create_chat_completion)
+
+    _admin_routes(router, state)
+    return router
+
+
+def _admin_routes(router: APIRouter, state: PrlState) -> None:
+    admin = _admin(state)
+    engine = state.engine
+
+    @router.post("/pause", dependencies=[admin])
+    async def pause() -> dict[str, str]:
+        # "keep": in-flight requests stay scheduled-but-frozen, KV cache untouched.
+        await engine.pause_generation(mode="keep", clear_cache=False)
+        state.paused = True
+        return {"status": "paused"}
+
+    @router.post("/resume", dependencies=[admin])
+    async def resume() -> dict[str, str]:
+        await engine.resume_generation()
+        state.paused = False
+        return {"status": "resumed"}
+
+    @router.post("/update_weights", dependencies=[admin])
+    async def update_weights(request: Request) -> dict[str, Any]:
+        body = await _body(request, UpdateWeightsRequest)
+        return await _update_weights(state, body)
+
+    @router.post("/load_lora_adapter", dependencies=[admin])
+    async def load_lora_adapter(request: Request) -> dict[str, Any]:
+        body = await _body(request, LoraRequest)
+        return await _load_lora(state, request.app, body)
+
+    @router.post("/init_broadcaster", dependencies=[admin])
+    async def init_broadcaster() -> None:
+        raise ApiError("the vllm backend receives weights from directories; use the filesystem weight transport",
+                       501, "NotImplementedError")
+
+
+def _lora_for(state: PrlState, app: FastAPI, model: str | None) -> Any:
+    if not model or model == state.model_name:
+        return None
+    loras = app.state.openai_serving_models.lora_requests
+    if model in loras:
+        return loras[model]
+    served = ", ".join([state.model_name, *loras])
+    raise ApiError(f"model '{model}' is not served here (served: {served})", 404, "NotFoundError")
+
+
+async def _generate(body: GenerateRequest, request: Request, state: PrlState) -> dict[str, Any]:
+    from vllm.inputs import TokensPrompt
+
+    if body.stream:
+        raise ApiError("stream: true is not supported on /inference/v1/generate; use /v1/completions")
+    lora = _lora_for(state, request.app, body.model)
+    bad = [t for t in body.token_ids if not 0 <= t < state.vocab_size]
+    if bad:
+        raise ApiError(f"token_ids holds ids outside the vocabulary (size {state.vocab_size}): {bad[:5]}")
+    sp = sampling_params(body.sampling_params, len(body.token_ids), state.max_model_len, state.max_logprobs)
+    rid = new_request_id(body.request_id)
+    # The salt keeps prefix-cache blocks of one policy version from serving another.
+    prompt = TokensPrompt(prompt_token_ids=list(body.token_ids), cache_salt=f"prl-v{state.version}")
+    final = None
+    try:
+        async for out in state.engine.generate(prompt, sp, rid, lora_request=lora):
+            final = out
+    except ValueError as exc:  # input checks of vLLM's processor (prompt too long, ...)
+        raise ApiError(str(exc)) from None
+    if final is None:
+        raise ApiError("request produced no output (aborted)", 499, "ClientClosedRequest")
+    return generate_body(final, rid, body.model or state.model_name, body.sampling_params.logprobs or 0,
+                         state.version)
+
+
+async def _openai(state: PrlState, request: Request, model: type[BaseModel], handler: Any) -> Any:
+    """Call vLLM's handler with ``return_token_ids`` on by default; name the policy version."""
+    try:
+        raw = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError("request body is not valid JSON") from None
+    if not isinstance(raw, dict):
+        raise ApiError("request body must be a JSON object")
+    raw.setdefault("return_token_ids", True)
+    # As on the generate route: prefix-cache blocks of one policy version never serve another.
+    raw.setdefault("cache_salt", f"prl-v{state.version}")
+    try:
+        parsed = model.model_validate(raw)
+    except ValidationError as exc:
+        raise ApiError(_first_error(exc.errors())) from None
+    version = state.version
+    response = await handler(parsed, request)
+    if isinstance(response, JSONResponse) and response.status_code == 200:
+        payload = json.loads(response.body)
+        if isinstance(payload, dict):
+            payload["version"] = version
+            return JSONResponse(payload)
+    return response
+
+
+async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[str, Any]:
+    if body.weight_dir is None:
+        raise ApiError("weight_dir is required: the vllm backend loads weights from a directory "
+                       "(use the filesystem weight transport)")
+    try:
+        path = await asyncio.to_thread(check_weight_dir, body.weight_dir, state.served_config, state.served_shapes)
+    except WeightError as exc:
+        raise ApiError(str(exc)) from None
+    engine = state.engine
+    async with state.weights_lock:
+        version = body.version if body.version is not None else state.version + 1
+        we_paused = not state.paused
+        if we_paused:
+            await engine.pause_generation(mode="keep", clear_cache=False)
+        try:
+            await engine.collective_rpc("prl_reload_weights", kwargs={"weights_path": str(path.resolve())})
+            # Fails while paused requests hold blocks; the per-version cache_salt covers that case.
+            await engine.reset_prefix_cache()
+            await engine.update_weight_version(str(version))
+            state.version = version
+        except Exception as exc:
+            log.exception("weight reload from %s failed", path)
+            raise ApiError(f"loading weights from '{body.weight_dir}' failed: {exc}", 500,
+                           "InternalServerError") from None
+        finally:
+            if we_paused:
+                await engine.resume_generation()
+    log.info("loaded weights from %s as version %d", path, version)
+    return {"status": "ok", "version": version, "weight_dir": body.weight_dir}
+
+
+async def _load_lora(state: PrlState, app: FastAPI, body: LoraRequest) -> dict[str, Any]:
+    from vllm.entrypoints.serve.lora.protocol import LoadLoRAAdapterRequest
+
+    if not state.lora_enabled:
+        raise ApiError("LoRA is off: set [inference.backend] enable_lora = true")
+    if not body.lora_name or body.lora_name == state.model_name:
+        raise ApiError(f"lora_name '{body.lora_name}' must be non-empty and differ from the base model's name")
+    try:
+        await asyncio.to_thread(check_lora_dir, body.lora_path)
+    except WeightError as exc:
+        raise ApiError(str(exc)) from None
+    models = app.state.openai_serving_models
+    result = await models.load_lora_adapter(
+        LoadLoRAAdapterRequest(lora_name=body.lora_name, lora_path=body.lora_path, load_inplace=True)
+    )
+    if not isinstance(result, str):  # vLLM's ErrorResponse: the adapter did not fit the model
+        raise ApiError(f"cannot load adapter '{body.lora_name}': {result.error.message}")
+    # Blocks cached under the adapter's previous weights must not be reused.
+    await state.engine.reset_prefix_cache()
+    return {"status": "ok", "lora_name": body.lora_name}

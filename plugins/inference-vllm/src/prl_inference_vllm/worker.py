@@ -1,0 +1,47 @@
+"""Worker-side weight reload, run in every vLLM worker through ``collective_rpc``.
+
+vLLM's in-place ``reload_weights`` streams a checkpoint through the model's own
+``load_weights`` and re-runs each layer's post-load processing. Two things it leaves stale,
+found by comparing logprobs against a transformers forward of the new weights:
+
+* a tied output head (``tie_word_embeddings``): the reload gives ``embed_tokens`` fresh
+  weight storage while ``lm_head.weight`` still points at the old tensor, so the model
+  would embed with the new policy and score with the old one;
+* on CPU, embedding-type layers keep a pre-packed GEMM copy of their weight
+  (``process_weights_after_loading``), which is not rebuilt for the head.
+
+So after the reload the head is re-tied and every unquantized embedding-type layer
+(including the head) is re-processed. Both steps are no-ops where nothing is stale
+(untied heads, GPU platforms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PrlWorkerExtension:
+    """Mixed into vLLM's worker class (``--worker-extension-cls``)."""
+
+    def prl_reload_weights(self, weights_path: str) -> None:
+        self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        retie_and_repack(model, self.model_runner.model_config.hf_config)  # type: ignore[attr-defined]
+
+
+def retie_and_repack(model: Any, hf_config: Any) -> None:
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        UnquantizedEmbeddingMethod,
+        VocabParallelEmbedding,
+    )
+
+    text_config = getattr(hf_config, "get_text_config", lambda: hf_config)()
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    tied = bool(getattr(text_config, "tie_word_embeddings", False) or getattr(hf_config, "tie_word_embeddings", False))
+    if tied and head is not None and embed is not None and head.weight is not embed.weight:
+        head.weight = embed.weight
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(module, VocabParallelEmbedding) and isinstance(method, UnquantizedEmbeddingMethod):
+            method.process_weights_after_loading(module)

@@ -1,0 +1,114 @@
+"""vLLM-specific behaviour of the backend, on the session's one real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def http(vllm_server, inference_server):
+    with httpx.Client(base_url=vllm_server["url"], timeout=120) as client:
+        client.api_key = inference_server.api_key  # the admin bearer token of the session's server
+        yield client
+
+
+def admin(http: httpx.Client, path: str, body: dict | None = None) -> httpx.Response:
+    return http.post(path, json=body or {}, headers={"Authorization": f"Bearer {http.api_key}"})
+
+
+def test_server_announces_its_url(vllm_server) -> None:
+    assert vllm_server["url"].startswith("http://127.0.0.1:")
+    assert f"listening on {vllm_server['url']}" in vllm_server["log"].read_text(errors="replace")
+
+
+@pytest.mark.parametrize("path", ["/pause", "/resume", "/update_weights", "/load_lora_adapter"])
+def test_admin_routes_need_the_bearer_token(http: httpx.Client, path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        resp = http.post(path, json={"weight_dir": "/nowhere"}, headers=headers)
+        assert resp.status_code == 401 and "Bearer" in resp.json()["error"]["message"]
+    assert http.get("/health").json()["paused"] is False
+
+
+def test_generate_rejects_bad_input_with_400s(http: httpx.Client, vllm_server) -> None:
+    model = str(vllm_server["model_dir"])
+    cases = [
+        ({"token_ids": [], "sampling_params": {}}, 400, "token_ids"),
+        ({"token_ids": [1, 10**6], "sampling_params": {}}, 400, "outside the vocabulary"),
+        ({"token_ids": [1, 2], "stream": True}, 400, "stream"),
+        ({"token_ids": [1, 2], "sampling_params": {"logprobs": 99}}, 400, "logprobs"),
+        ({"token_ids": [1, 2], "sampling_params": {"top_p": 0}}, 400, "top_p"),
+        ({"token_ids": [1, 2], "model": "nobody"}, 404, "not served here"),
+        ([1, 2, 3], 400, "JSON object"),
+    ]
+    for body, status, words in cases:
+        resp = http.post("/inference/v1/generate", json=body)
+        assert resp.status_code == status, (body, resp.text)
+        assert words in resp.json()["error"]["message"]
+    ok = http.post("/inference/v1/generate", json={"token_ids": [1, 2], "model": model,
+                                                  "sampling_params": {"max_tokens": 2}})
+    assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) <= 2
+
+
+def test_update_weights_refuses_another_architecture(http: httpx.Client, tmp_path) -> None:
+    from prl_model_init import make_model
+
+    small = make_model(tmp_path / "small", preset="small", seed=0)
+    before = http.get("/health").json()["version"]
+    resp = admin(http, "/update_weights", {"weight_dir": str(small)})
+    assert resp.status_code == 400 and "hidden_size=384 differs" in resp.json()["error"]["message"]
+    resp = admin(http, "/update_weights", {"weight_dir": None})
+    assert resp.status_code == 400 and "filesystem weight transport" in resp.json()["error"]["message"]
+    assert http.get("/health").json()["version"] == before
+
+
+def test_openai_replies_name_the_policy_version(http: httpx.Client, vllm_server) -> None:
+    resp = http.post("/v1/completions", json={"model": str(vllm_server["model_dir"]), "prompt": "hi",
+                                              "max_tokens": 3})
+    body = resp.json()
+    assert body["version"] == http.get("/health").json()["version"]
+    assert len(body["choices"][0]["token_ids"]) == body["usage"]["completion_tokens"]
+
+
+def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Client, vllm_server) -> None:
+    """A long request keeps running across an update; its spans say which version sampled what."""
+    model_dir = str(vllm_server["model_dir"])
+    old = http.get("/health").json()["version"]
+    result: list[dict] = []
+
+    def long_request() -> None:
+        with httpx.Client(base_url=vllm_server["url"], timeout=300) as c:
+            result.append(c.post("/inference/v1/generate", json={
+                "token_ids": [10, 20, 30], "model": model_dir,
+                "sampling_params": {"max_tokens": 400, "ignore_eos": True, "seed": 0}}).json())
+
+    baseline = generated_tokens(http)
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    # Update once the request has sampled its first tokens with the old weights.
+    deadline = time.monotonic() + 60
+    while generated_tokens(http) <= baseline and time.monotonic() < deadline:
+        time.sleep(0.02)
+    resp = admin(http, "/update_weights", {"weight_dir": model_dir})
+    assert resp.status_code == 200
+    new = resp.json()["version"]
+    worker.join(timeout=300)
+    choice = result[0]["choices"][0]
+    spans = choice["weight_versions"]
+    assert len(choice["token_ids"]) == 400 and choice["finish_reason"] == "length"
+    assert spans[0]["start"] == 0 and spans[-1]["end"] == 400
+    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))
+    assert [int(s["version"]) for s in spans] == [old, new]
+    assert result[0]["version"] == int(spans[0]["version"])
+    assert http.get("/health").json() == {"status": "ok", "version": new, "paused": False}
+
+
+def generated_tokens(http: httpx.Client) -> float:
+    """vLLM's Prometheus counter of sampled tokens, summed over engines."""
+    lines = http.get("/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:generation_tokens_total"))
