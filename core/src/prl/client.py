@@ -68,7 +68,10 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
     logprobs = [float(entry["logprob"]) for entry in content]
     if len(logprobs) != len(tokens):
         raise InferenceError(f"server returned {len(tokens)} token ids but {len(logprobs)} logprobs")
-    return Generation(tokens, logprobs, choice.get("finish_reason") or "stop", response_version(body, choice))
+    return Generation(
+        tokens, logprobs, choice.get("finish_reason") or "stop", response_version(body, choice),
+        sampling_mask=choice.get("sampling_mask"),
+    )
 
 
 class InferenceHTTPClient:

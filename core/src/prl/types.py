@@ -30,6 +30,9 @@ class Generation:
     logprobs: list[float]
     finish_reason: str  # "stop" | "length" | "abort"
     version: int = 0
+    # Per sampled token, the ids top-k/top-p left to sample from (sampling replay); None
+    # when sampling was not truncated.
+    sampling_mask: list[list[int]] | None = None
 
 
 @dataclass

@@ -288,6 +288,8 @@ class ServerConfig(PrlModel):
     """Port (0 picks a free one and writes it to the ready file)."""
     api_key: str | None = None
     """Bearer token for admin routes ($PRL_API_KEY when unset)."""
+    ready_file: Path | None = None
+    """Write the bound URL here once serving ($PRL_READY_FILE when unset)."""
 
 
 class InferenceConfig(PrlModel):

@@ -1,0 +1,133 @@
+"""The ``torch`` inference backend: load a transformers model and serve it over HTTP.
+
+``Backend(cfg).serve()`` binds ``cfg.server.host:port`` first (port 0 takes a free port, so
+nothing can steal it while the model loads), loads the model and tokenizer, starts the
+engine thread and serves until SIGINT/SIGTERM. Once it accepts connections it prints
+``listening on http://host:port`` and, when ``backend.ready_file`` (or ``$PRL_READY_FILE``)
+names a file, writes that base URL there (atomically, so a reader never sees half of it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from prl.contracts import InferenceBackend, InferenceBackendConfig
+
+log = logging.getLogger("prl_inference_torch")
+
+
+class TorchInferenceConfig(InferenceBackendConfig):
+    """Embedded inference on transformers with continuous batching (CPU or CUDA)."""
+
+    type: Literal["torch"] = "torch"
+    """Selects this backend."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model runs; auto picks cuda when available, else cpu."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weight dtype; auto is bfloat16 on cuda and float32 on cpu."""
+    max_batch_size: Annotated[int, Field(ge=1)] = 64
+    """Most sequences decoded together; further requests wait for a free row."""
+    max_prefill_tokens: Annotated[int, Field(ge=16)] = 4096
+    """Most (padded) prompt tokens in one prefill forward; longer prompts run alone."""
+    attn_implementation: str = "prl_sdpa"
+    """transformers attention implementation; prl_sdpa is SDPA without copying grouped K/V heads."""
+    num_threads: Annotated[int, Field(ge=1)] | None = None
+    """CPU threads for torch; None keeps torch's default."""
+    ready_file: Path | None = None
+    """Write the bound base URL (http://host:port) here once serving; $PRL_READY_FILE when unset."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class TorchBackend(InferenceBackend):
+    """OpenAI-compatible server with token-in/token-out generate and weight updates."""
+
+    type = "torch"
+    Config = TorchInferenceConfig
+
+    def serve(self) -> None:
+        cfg = self.config
+        api_key = cfg.server.api_key or os.environ.get("PRL_API_KEY") or None
+        if not is_loopback(cfg.server.host) and not api_key:
+            raise SystemExit(
+                f"server.host '{cfg.server.host}' is not loopback: set server.api_key (or $PRL_API_KEY) "
+                "so admin routes are protected"
+            )
+        logging.basicConfig(level=cfg.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        sock = bind(cfg.server.host, cfg.server.port)
+        from prl_inference_torch.loading import load_state
+
+        state = load_state(cfg, api_key)
+        try:
+            _run_uvicorn(state, sock, cfg)
+        finally:
+            state.engine.shutdown()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise SystemExit(f"cannot bind server.host:port {host}:{port}: {exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_uvicorn(state, sock: socket.socket, cfg) -> None:
+    import uvicorn
+
+    from prl_inference_torch.server import build_app
+
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    ready = cfg.server.ready_file or cfg.backend.ready_file or os.environ.get("PRL_READY_FILE")
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            print(f"listening on {url}", flush=True)
+            if ready:
+                write_atomic(Path(ready), url + "\n")
+
+    config = uvicorn.Config(build_app(state), log_level=cfg.log.level, access_log=cfg.log.level == "debug",
+                            timeout_keep_alive=30)
+    Server(config).run(sockets=[sock])
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m prl_inference_torch <resolved inference.json>``: serve one resolved config."""
+    from prl.config.components import InferenceConfig
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m prl_inference_torch <resolved inference.json>", file=sys.stderr)
+        return 2
+    cfg = InferenceConfig.model_validate_json(Path(args[0]).read_text())
+    TorchBackend(cfg).serve()
+    return 0

@@ -1,0 +1,135 @@
+"""Request parsing and validation shared by the HTTP routes.
+
+Requests follow the OpenAI schemas (plus vLLM's extensions: ``top_k``, ``stop_token_ids``,
+``ignore_eos``, ``return_token_ids``, ``prompt_logprobs``) and, for token-in/token-out,
+vLLM's ``/inference/v1/generate`` schema: ``{"token_ids": [...], "sampling_params": {...}}``.
+Unknown fields are ignored as an OpenAI server would; values out of range are a 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prl_inference_torch.engine import GenParams
+
+MAX_TOP_LOGPROBS = 20
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"message", "type", "code"}}`` with HTTP ``status``."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.message, self.status, self.kind = message, status, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": None, "code": self.status}}
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SamplingFields(_Open):
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    ignore_eos: bool = False
+    prompt_logprobs: int | None = None
+
+
+class ChatRequest(SamplingFields):
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    skip_special_tokens: bool = True
+
+
+class CompletionRequest(SamplingFields):
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    echo: bool = False
+    skip_special_tokens: bool = True
+
+
+class GenerateSampling(SamplingFields):
+    logprobs: int | None = None
+
+
+class GenerateRequest(_Open):
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
+    model: str | None = None
+    stream: bool = False
+
+
+class UpdateWeightsRequest(_Open):
+    weight_dir: str | None = None
+    version: int | None = None
+
+
+class LoraRequest(_Open):
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+
+
+def gen_params(fields: SamplingFields, prompt_len: int, max_model_len: int, *, logprobs: int | None,
+               max_tokens: int | None = None) -> GenParams:
+    """Check sampling fields against the context and turn them into engine parameters."""
+    temperature = 1.0 if fields.temperature is None else fields.temperature
+    top_p = 1.0 if fields.top_p is None else fields.top_p
+    top_k = fields.top_k or 0
+    if temperature < 0:
+        raise ApiError(f"temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ApiError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < -1:
+        raise ApiError(f"top_k must be -1, 0 (off) or positive, got {top_k}")
+    if fields.n < 1:
+        raise ApiError(f"n must be >= 1, got {fields.n}")
+    for name, value in (("logprobs", logprobs), ("prompt_logprobs", fields.prompt_logprobs)):
+        if value is not None and not 0 <= value <= MAX_TOP_LOGPROBS:
+            raise ApiError(f"{name} must be between 0 and {MAX_TOP_LOGPROBS}, got {value}")
+    if prompt_len >= max_model_len:
+        raise ApiError(f"prompt has {prompt_len} tokens; the context (max_model_len) is {max_model_len}")
+    room = max_model_len - prompt_len
+    want = max_tokens if max_tokens is not None else fields.max_tokens
+    if want is not None and want < 1:
+        raise ApiError(f"max_tokens must be >= 1, got {want}")
+    if want is not None and want > room:
+        raise ApiError(
+            f"max_tokens ({want}) + prompt ({prompt_len} tokens) exceeds the context "
+            f"(max_model_len {max_model_len})"
+        )
+    stop = [fields.stop] if isinstance(fields.stop, str) else list(fields.stop or [])
+    return GenParams(
+        max_tokens=want or room, temperature=temperature, top_p=top_p, top_k=max(top_k, 0),
+        seed=fields.seed, n=fields.n, stop=[s for s in stop if s], stop_token_ids=list(fields.stop_token_ids or []),
+        ignore_eos=fields.ignore_eos, logprobs=logprobs, prompt_logprobs=fields.prompt_logprobs,
+    )
+
+
+def check_token_ids(ids: list[int], vocab: int, what: str = "token_ids") -> None:
+    if not ids:
+        raise ApiError(f"{what} is empty")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ApiError(f"{what} holds ids outside the vocabulary (size {vocab}): {bad[:5]}")

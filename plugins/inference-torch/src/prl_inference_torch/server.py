@@ -1,0 +1,371 @@
+"""The HTTP API of spec/rl-loop.md §1 over one :class:`Engine`.
+
+Routes: ``GET /health``, ``/liveness``, ``/v1/models``, ``/metrics``, ``/is_paused``;
+``POST /v1/chat/completions`` and ``/v1/completions`` (both stream with ``stream: true``),
+``/inference/v1/generate`` (token-in/token-out; ``max_tokens 1`` with ``prompt_logprobs``
+is prefill scoring); admin ``/update_weights``, ``/load_lora_adapter``, ``/pause``,
+``/resume``. Admin routes need ``Authorization: Bearer <api_key>`` whenever a key is set
+(and one must be set to bind a non-loopback address).
+
+Every error is a JSON body ``{"error": {"message", "type", "code"}}`` with a 4xx status for
+bad input; nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from prl_inference_torch import openai as fmt
+from prl_inference_torch.engine import Engine, GenParams
+from prl_inference_torch.engine import Request as EngineRequest
+from prl_inference_torch.protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    GenerateRequest,
+    LoraRequest,
+    UpdateWeightsRequest,
+    check_token_ids,
+    gen_params,
+)
+from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, read_lora, read_weights
+
+
+@dataclass
+class ServerState:
+    engine: Engine
+    tokenizer: Any
+    model_name: str
+    max_model_len: int
+    vocab_size: int
+    lora: LoraSet
+    api_key: str | None = None
+    chat_template: str | None = None
+    weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lora_paths: dict[str, str] = field(default_factory=dict)
+
+    def adapter_for(self, model: str | None) -> str | None:
+        """The LoRA adapter a request's ``model`` selects; 404 for a name nobody serves."""
+        if not model or model == self.model_name:
+            return None
+        if model in self.lora_paths:
+            return model
+        raise ApiError(f"model '{model}' is not served here (served: {', '.join([self.model_name, *self.lora_paths])})",
+                       404, "NotFoundError")
+
+
+def build_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="prl inference (torch)")
+    app.state.prl = state
+    _errors(app)
+
+    def admin(request: Request) -> None:
+        if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}":
+            raise ApiError("admin route needs 'Authorization: Bearer <server.api_key>'", 401, "AuthenticationError")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "version": state.engine.version, "paused": state.engine.paused}
+
+    @app.get("/liveness")
+    async def liveness() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/is_paused")
+    async def is_paused() -> dict[str, bool]:
+        return {"is_paused": state.engine.paused}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        now = int(time.time())
+        data = [{"id": state.model_name, "object": "model", "created": now, "owned_by": "prl",
+                 "root": state.model_name, "parent": None, "max_model_len": state.max_model_len}]
+        data += [{"id": n, "object": "model", "created": now, "owned_by": "prl", "root": p, "parent": state.model_name,
+                  "max_model_len": state.max_model_len} for n, p in state.lora_paths.items()]
+        return {"object": "list", "data": data}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        e = state.engine
+        lines = [f"prl_generation_tokens_total {e.tokens_generated}", f"prl_requests_running {e.running}",
+                 f"prl_requests_waiting {e.waiting}", f"prl_policy_version {e.version}"]
+        return PlainTextResponse("\n".join(lines) + "\n")
+
+    @app.post("/inference/v1/generate")
+    async def generate(body: GenerateRequest, request: Request) -> Any:
+        if body.stream:
+            raise ApiError("streaming is not supported on /inference/v1/generate; use /v1/completions")
+        adapter = state.adapter_for(body.model)
+        check_token_ids(body.token_ids, state.vocab_size)
+        sp = body.sampling_params
+        params = gen_params(sp, len(body.token_ids), state.max_model_len, logprobs=sp.logprobs)
+        req = await _run(state, body.token_ids, params, adapter, request)
+        return fmt.generate_body(req, f"gen-{uuid.uuid4().hex}", body.model or state.model_name)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        adapter = state.adapter_for(body.model)
+        prompts = _completion_prompts(state, body.prompt)
+        reqs = []
+        for ids in prompts:
+            params = gen_params(body, len(ids), state.max_model_len, logprobs=body.logprobs)
+            reqs.append(EngineRequest(ids, params, adapter))
+        if body.stream:
+            if len(reqs) != 1:
+                raise ApiError("stream: true takes a single prompt")
+            return _stream(state, reqs[0], request, body, chat=False)
+        for r in reqs:
+            await _run_request(state, r, request)
+        return _completion_body(state, body, reqs)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> Any:
+        adapter = state.adapter_for(body.model)
+        ids = _chat_prompt(state, body)
+        top = (body.top_logprobs or 0) if body.logprobs else None
+        if body.top_logprobs and not body.logprobs:
+            raise ApiError("top_logprobs needs logprobs: true")
+        params = gen_params(body, len(ids), state.max_model_len, logprobs=top,
+                            max_tokens=body.max_completion_tokens or body.max_tokens)
+        req = EngineRequest(ids, params, adapter)
+        if body.stream:
+            return _stream(state, req, request, body, chat=True)
+        await _run_request(state, req, request)
+        return _chat_body(state, body, req)
+
+    @app.post("/pause", dependencies=[Depends(admin)])
+    async def pause() -> dict[str, str]:
+        state.engine.set_paused(True)
+        return {"status": "paused"}
+
+    @app.post("/resume", dependencies=[Depends(admin)])
+    async def resume() -> dict[str, str]:
+        state.engine.set_paused(False)
+        return {"status": "resumed"}
+
+    @app.post("/update_weights", dependencies=[Depends(admin)])
+    async def update_weights(body: UpdateWeightsRequest) -> dict[str, Any]:
+        if body.weight_dir is None:
+            raise ApiError("weight_dir is required: this backend loads weights from a directory "
+                           "(use the filesystem weight transport)")
+        async with state.weights_lock:
+            model = state.engine.model
+            try:
+                tensors = await asyncio.to_thread(read_weights, body.weight_dir, model)
+            except WeightError as exc:
+                raise ApiError(str(exc)) from exc
+            version = body.version if body.version is not None else state.engine.version + 1
+
+            def swap() -> int:
+                apply_weights(model, tensors)
+                state.engine.version = version
+                return version
+
+            await asyncio.wrap_future(state.engine.call(swap, drain=True))
+        return {"status": "ok", "version": version, "weight_dir": body.weight_dir}
+
+    @app.post("/load_lora_adapter", dependencies=[Depends(admin)])
+    async def load_lora_adapter(body: LoraRequest) -> dict[str, Any]:
+        if body.lora_name == state.model_name:
+            raise ApiError(f"lora_name '{body.lora_name}' is the base model's name")
+        try:
+            weights = await asyncio.to_thread(read_lora, body.lora_path, state.engine.model)
+        except WeightError as exc:
+            raise ApiError(str(exc)) from exc
+        await asyncio.wrap_future(state.engine.call(lambda: state.lora.load(body.lora_name, weights)))
+        state.lora_paths[body.lora_name] = body.lora_path
+        return {"status": "ok", "lora_name": body.lora_name}
+
+    @app.post("/init_broadcaster", dependencies=[Depends(admin)])
+    async def init_broadcaster() -> None:
+        raise ApiError("the torch backend has no NCCL receiver; use the filesystem weight transport", 501,
+                       "NotImplementedError")
+
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        msg = f"invalid request: {where + ': ' if where else ''}{first.get('msg', 'malformed body')}"
+        return JSONResponse(ApiError(msg).body(), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(str(exc.detail), exc.status_code, "HTTPError").body(), status_code=exc.status_code)
+
+
+def _chat_prompt(state: ServerState, body: ChatRequest) -> list[int]:
+    kwargs = dict(body.chat_template_kwargs or {})
+    try:
+        text = state.tokenizer.apply_chat_template(
+            body.messages, tools=body.tools, tokenize=False, chat_template=state.chat_template,
+            add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
+            continue_final_message=body.continue_final_message, **kwargs,
+        )
+    except Exception as exc:  # template errors are the caller's messages, not a server fault
+        raise ApiError(f"cannot render messages with the chat template: {exc}") from exc
+    ids = state.tokenizer.encode(text, add_special_tokens=False)
+    check_token_ids(ids, state.vocab_size, "rendered prompt")
+    return ids
+
+
+def _completion_prompts(state: ServerState, prompt: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if prompt and all(isinstance(p, int) for p in prompt):
+        prompt = [prompt]
+    out = []
+    for p in prompt:
+        ids = state.tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p)
+        check_token_ids(ids, state.vocab_size, "prompt")
+        out.append(ids)
+    if not out:
+        raise ApiError("prompt is empty")
+    return out
+
+
+async def _run(state: ServerState, ids: list[int], params: GenParams, adapter: str | None,
+               request: Request) -> EngineRequest:
+    req = EngineRequest(ids, params, adapter)
+    await _run_request(state, req, request)
+    return req
+
+
+async def _run_request(state: ServerState, req: EngineRequest, request: Request) -> None:
+    """Submit and wait; a client that hangs up gets its rows dropped from the batch."""
+    event = _attach(req, only_when_done=True)
+    state.engine.submit(req)
+    try:
+        while not req.done:
+            try:
+                await asyncio.wait_for(event.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    state.engine.cancel(req)
+                    return
+            event.clear()
+    except asyncio.CancelledError:
+        state.engine.cancel(req)
+        raise
+    if req.error:
+        raise ApiError(req.error, 500, "InternalServerError")
+
+
+def _attach(req: EngineRequest, only_when_done: bool = False) -> asyncio.Event:
+    """An event the engine thread sets after each change (or, for a whole response, at the end).
+
+    Waking the event loop for every token of every row would make the HTTP side the
+    bottleneck at large batches, so non-streaming requests are woken once.
+    """
+    loop, event = asyncio.get_running_loop(), asyncio.Event()
+    if only_when_done:
+        req.wake = lambda: loop.call_soon_threadsafe(event.set) if req.done else None
+    else:
+        req.wake = lambda: loop.call_soon_threadsafe(event.set)
+    return event
+
+
+def _head(kind: str, model: str) -> dict[str, Any]:
+    return {"id": f"{kind}-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
+
+
+def _chat_body(state: ServerState, body: ChatRequest, req: EngineRequest) -> dict[str, Any]:
+    choices = []
+    for comp in req.completions:
+        choices.append({
+            "index": comp.index,
+            "message": {"role": "assistant",
+                        "content": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens)},
+            "logprobs": fmt.chat_logprobs(state.tokenizer, comp) if body.logprobs else None,
+            "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason,
+            "token_ids": comp.token_ids, "weight_versions": fmt.weight_versions(comp),
+        })
+    return {**_head("chatcmpl", body.model or state.model_name), "object": "chat.completion", "choices": choices,
+            "usage": fmt.usage([req]), "prompt_token_ids": req.prompt_ids, "version": req.version}
+
+
+def _completion_body(state: ServerState, body: CompletionRequest, reqs: list[EngineRequest]) -> dict[str, Any]:
+    choices = []
+    for i, req in enumerate(reqs):
+        for comp in req.completions:
+            choices.append({
+                "index": i * body.n + comp.index,
+                "text": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens),
+                "logprobs": fmt.completion_logprobs(state.tokenizer, comp) if body.logprobs is not None else None,
+                "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason,
+                "token_ids": comp.token_ids, "prompt_token_ids": req.prompt_ids,
+                "weight_versions": fmt.weight_versions(comp),
+            })
+    return {**_head("cmpl", body.model or state.model_name), "object": "text_completion", "choices": choices,
+            "usage": fmt.usage(reqs), "version": reqs[0].version}
+
+
+def _stream(state: ServerState, req: EngineRequest, request: Request, body: Any, chat: bool) -> StreamingResponse:
+    return StreamingResponse(_events(state, req, body, chat), media_type="text/event-stream")
+
+
+async def _events(state: ServerState, req: EngineRequest, body: Any, chat: bool) -> AsyncIterator[str]:
+    """SSE chunks: text (and token id) deltas per completion, then usage and ``[DONE]``."""
+    head = _head("chatcmpl" if chat else "cmpl", body.model or state.model_name)
+    head["object"] = "chat.completion.chunk" if chat else "text_completion"
+    event = _attach(req)
+    state.engine.submit(req)
+    sent_text = [0] * len(req.completions)
+    sent_tok = [0] * len(req.completions)
+    try:
+        if chat:
+            for c in req.completions:
+                delta = {"role": "assistant", "content": ""}
+                first = {"index": c.index, "delta": delta, "logprobs": None, "finish_reason": None}
+                yield fmt.sse({**head, "choices": [first]})
+        finished = set()
+        while len(finished) < len(req.completions):
+            await event.wait()
+            event.clear()
+            if req.error:
+                yield fmt.sse(ApiError(req.error, 500, "InternalServerError").body())
+                break
+            for c in req.completions:
+                if c.index in finished or len(c.token_ids) == sent_tok[c.index]:
+                    continue
+                done = c.finish_reason is not None
+                text = fmt.stream_safe_text(state.tokenizer, c, req.params.stop, body.skip_special_tokens)
+                delta_text, start = text[sent_text[c.index]:], sent_tok[c.index]
+                sent_text[c.index] = max(sent_text[c.index], len(text))
+                sent_tok[c.index] = len(c.token_ids)
+                choice = {"index": c.index, "finish_reason": c.finish_reason if done else None,
+                          "token_ids": c.token_ids[start:]}
+                if chat:
+                    choice["delta"] = {"content": delta_text}
+                    choice["logprobs"] = fmt.chat_logprobs(state.tokenizer, c, start) if body.logprobs else None
+                else:
+                    choice["text"] = delta_text
+                    choice["logprobs"] = (fmt.completion_logprobs(state.tokenizer, c, start)
+                                          if body.logprobs is not None else None)
+                if done:
+                    choice["stop_reason"] = c.stop_reason
+                    finished.add(c.index)
+                yield fmt.sse({**head, "choices": [choice]})
+        if (body.stream_options or {}).get("include_usage"):
+            yield fmt.sse({**head, "choices": [], "usage": fmt.usage([req])})
+        yield fmt.sse("[DONE]")
+    finally:
+        if not req.done:
+            state.engine.cancel(req)

@@ -1,0 +1,178 @@
+"""Make a randomly initialised Qwen3-architecture model directory, offline and deterministic.
+
+The directory is a plain Hugging Face checkpoint (``config.json``, ``model.safetensors``,
+``generation_config.json``, tokenizer files with a chat template) that loads with
+``AutoModelForCausalLM`` / ``AutoTokenizer`` and in vLLM. Weights come from the model's own
+initialiser under ``torch.manual_seed(seed)``, so one (preset, seed) pair always gives the
+same tensors. The directory is written next to its final place and renamed into it, so a
+crash never leaves a half-written model behind.
+
+``config.json`` and ``tokenizer_config.json`` carry ``"prl_renderer": "qwen3"``: the chat
+format is Qwen3's, and ``prl-renderers``' ``auto`` renderer reads this marker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from prl_model_init.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer
+
+RENDERER_MARKER = "prl_renderer"
+RENDERER_FAMILY = "qwen3"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Shape of one model size. Head size 32/64 is one vLLM's CPU attention supports."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_position_embeddings: int
+
+
+PRESETS: dict[str, Preset] = {
+    # ~1.6M parameters: learns short string reversal in minutes on two CPU cores.
+    "tiny": Preset(192, 4, 6, 2, 32, 512, 2048),
+    # ~9.6M parameters: room for multi-task experiments, still CPU-trainable.
+    "small": Preset(384, 6, 6, 2, 64, 1024, 4096),
+}
+
+
+class ModelInitError(ValueError):
+    """A bad argument to :func:`make_model`; the message is one line naming the field."""
+
+
+def _special_id(name: str) -> int:
+    return 256 + [t for t, _ in SPECIAL_TOKENS].index(name)
+
+
+def model_config(preset: str):
+    """The ``Qwen3Config`` of a preset (tied embeddings, float32, ChatML special ids)."""
+    from transformers import Qwen3Config
+
+    if preset not in PRESETS:
+        raise ModelInitError(f"--preset must be one of {', '.join(PRESETS)} (got {preset!r})")
+    p = PRESETS[preset]
+    return Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=p.hidden_size,
+        intermediate_size=p.intermediate_size,
+        num_hidden_layers=p.num_hidden_layers,
+        num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_key_value_heads,
+        head_dim=p.head_dim,
+        max_position_embeddings=p.max_position_embeddings,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=None,
+        eos_token_id=_special_id("<|im_end|>"),
+        pad_token_id=_special_id("<|pad|>"),
+        dtype="float32",
+        **{RENDERER_MARKER: RENDERER_FAMILY},
+    )
+
+
+def _save_tokenizer(out: Path, preset: str) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=build_tokenizer(),
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=PRESETS[preset].max_position_embeddings,
+        clean_up_tokenization_spaces=False,
+    )
+    tok.save_pretrained(out)
+    # The marker lives in tokenizer_config.json too, so a renderer given only a tokenizer
+    # directory can still resolve ``auto``.
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg[RENDERER_MARKER] = RENDERER_FAMILY
+    # transformers 5 writes its own backend class name; the generic one loads on 4.x too.
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
+def _save_model(out: Path, preset: str, seed: int) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    config = model_config(preset)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    # A one-shard progress bar is noise on the CLI's stderr.
+    bars = not hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+    finally:
+        if not bars:
+            hf_logging.enable_progress_bar()
+    GenerationConfig(
+        eos_token_id=[_special_id("<|im_end|>"), _special_id("<|endoftext|>")],
+        pad_token_id=_special_id("<|pad|>"),
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+    ).save_pretrained(out)
+
+
+def make_model(out: str | Path, preset: str = "tiny", seed: int = 0, force: bool = False) -> Path:
+    """Write a random ``preset`` model with the byte-level ChatML tokenizer to ``out``.
+
+    Args:
+        out: target directory; must be absent or empty unless ``force`` replaces it.
+        preset: ``"tiny"`` or ``"small"`` (see ``PRESETS``).
+        seed: torch seed for the initial weights; equal seeds give equal weights.
+        force: replace a non-empty ``out``.
+
+    Returns:
+        ``out`` as an absolute path.
+
+    Raises:
+        ModelInitError: unknown preset, negative seed, or a non-empty ``out`` without force.
+    """
+    if preset not in PRESETS:
+        raise ModelInitError(f"--preset must be one of {', '.join(PRESETS)} (got {preset!r})")
+    if not isinstance(seed, int) or seed < 0:
+        raise ModelInitError(f"--seed must be a non-negative integer (got {seed!r})")
+    target = Path(out).expanduser().absolute()
+    if target.exists() and not target.is_dir():
+        raise ModelInitError(f"--out {target} exists and is not a directory")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise ModelInitError(f"--out {target} is not empty; pass --force to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp makes it owner-only; a model directory is meant to be shared
+    try:
+        _save_model(staging, preset, seed)
+        _save_tokenizer(staging, preset)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def count_parameters(preset: str) -> int:
+    """Number of distinct parameters of a preset (tied embeddings counted once)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(model_config(preset))
+    return sum(p.numel() for p in model.parameters())

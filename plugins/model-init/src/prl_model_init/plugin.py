@@ -1,0 +1,42 @@
+"""The ``prl model`` command group: ``prl model init --preset tiny --out DIR``.
+
+Errors in the flags print one ``error: ...`` line to stderr and exit with status 2, the
+usual status for a usage error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from prl import hookimpl
+
+
+def build_app() -> typer.Typer:
+    """A typer group ``model`` with the ``init`` command."""
+    model = typer.Typer(help="Make and inspect local models.", no_args_is_help=True)
+
+    @model.command("init")
+    def init(
+        out: Path = typer.Option(..., "--out", help="Directory to write the model to (absent or empty)."),
+        preset: str = typer.Option("tiny", "--preset", help="Model size: tiny (~1.6M params) or small (~9.6M)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
+        force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory."),
+    ) -> None:
+        """Write a random Qwen3-architecture model with a byte-level ChatML tokenizer."""
+        from prl_model_init.build import ModelInitError, count_parameters, make_model
+
+        try:
+            path = make_model(out, preset=preset, seed=seed, force=force)
+        except ModelInitError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"wrote {preset} model ({count_parameters(preset):,} parameters, seed {seed}) to {path}")
+
+    return model
+
+
+@hookimpl
+def prl_add_commands(app: typer.Typer) -> None:
+    app.add_typer(build_app(), name="model")
