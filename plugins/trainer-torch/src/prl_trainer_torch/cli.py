@@ -1,0 +1,42 @@
+"""``prl export`` and ``prl data reverse-text``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def export_cmd(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoints/step_N directory.")],
+    out: Annotated[Optional[Path], typer.Argument(help="Output directory (default: <checkpoint>/weights).")] = None,
+    dtype: Annotated[str, typer.Option(help="Weight dtype: bfloat16 or float32.")] = "bfloat16",
+) -> None:
+    """Convert a DCP trainer checkpoint to a Hugging Face model directory."""
+    from prl_trainer_torch.export import export_checkpoint
+
+    if dtype not in ("bfloat16", "float32"):
+        raise typer.BadParameter(f"--dtype must be bfloat16 or float32, got '{dtype}'")
+    path = export_checkpoint(checkpoint, out, dtype)
+    typer.echo(f"exported {checkpoint} -> {path}")
+
+
+def reverse_text_cmd(
+    out: Annotated[Path, typer.Option(help="Directory for train.jsonl and val.jsonl.")] = Path("data/reverse-text"),
+    train: Annotated[int, typer.Option(help="Training examples.")] = 20000,
+    val: Annotated[int, typer.Option(help="Held-out examples.")] = 200,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+) -> None:
+    """Write reverse-text SFT data (prompt/completion jsonl) with a held-out split."""
+    from prl_trainer_torch.reverse_text import write_dataset
+
+    paths = write_dataset(out, train, val, seed)
+    typer.echo(" ".join(str(p) for p in paths))
+
+
+def add_commands(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)
+    data = typer.Typer(help="Make datasets.", no_args_is_help=True)
+    data.command("reverse-text")(reverse_text_cmd)
+    app.add_typer(data, name="data")

@@ -1,0 +1,102 @@
+"""Metric sinks, throughput/MFU accounting and the console progress bar.
+
+Model FLOPs per trained token follow the usual estimate: 6 N for the matmuls of N
+non-embedding parameters (forward 2 N, backward 4 N) plus causal attention, which for a
+document of length L costs 6 * layers * hidden * L^2 over the whole document (QK^T and
+AV, halved by causality, times 3 for forward and backward). Activation-checkpoint
+recomputation is not counted (MFU counts model FLOPs, not hardware FLOPs).
+MFU = achieved model FLOP/s / (peak bf16 dense FLOP/s of the device x world size).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("prl.trainer")
+
+# Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment.
+PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
+
+
+def build_monitors(config: Any, run_dir: Path, run_name: str) -> list:
+    """Every enabled ``[monitors.<key>]`` section as a monitor of the ``trainer`` producer."""
+    from prl.plugins import get_registry
+
+    section = getattr(config, "monitors", None)
+    if section is None:
+        return []
+    monitors = []
+    for key in type(section).model_fields:
+        cfg = getattr(section, key)
+        if cfg is None:
+            continue
+        cls = get_registry().get("monitors", key)
+        monitors.append(cls(cfg, run_dir, producer="trainer", run_name=run_name))
+    return monitors
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+
+
+def model_flops(n_params: int, layers: int, hidden: int, doc_lengths: list[int]) -> float:
+    """Training FLOPs of one pass over documents of the given lengths (module docstring)."""
+    tokens = sum(doc_lengths)
+    return 6.0 * n_params * tokens + 6.0 * layers * hidden * sum(n * n for n in doc_lengths)
+
+
+def doc_lengths(position_ids: torch.Tensor) -> list[int]:
+    """Lengths of the position runs (documents) of a packed row."""
+    pos = position_ids.reshape(-1)
+    starts = torch.nonzero(pos == 0).flatten().tolist() + [pos.numel()]
+    return [b - a for a, b in zip(starts[:-1], starts[1:]) if b > a]
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class Progress:
+    """A rich progress bar on rank 0 showing step, loss and throughput."""
+
+    def __init__(self, enabled: bool, total: int, start: int) -> None:
+        self.bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+
+        self.bar = RichProgress(
+            TextColumn("[bold]sft"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.task = self.bar.add_task("sft", total=total, completed=start, info="")
+        self.bar.start()
+
+    def update(self, step: int, info: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, info=info)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def emit(monitors: list, metrics: dict[str, float], step: int | None) -> None:
+    for m in monitors:
+        m.log(metrics, step)

@@ -1,0 +1,151 @@
+"""Model building: process group, dtype, activation checkpointing, FSDP2, the policy head.
+
+``PolicyModel`` wraps a transformers causal LM and returns per-token log-probabilities
+(and entropies) of given targets instead of logits, computed chunk by chunk from the final
+hidden states (see :mod:`prl_trainer_torch.logprobs`). SFT and RL both call it, so the
+model is built, sharded and checkpointed the same way for both.
+
+Packed rows need no attention mask: with ``attention_mask=None`` transformers derives the
+document boundaries from ``position_ids`` (a position that is not the previous one plus
+one starts a new document) and builds a block-diagonal causal mask for sdpa/eager, or a
+block-sparse mask for flex_attention, so no token attends across documents.
+
+With world size > 1 every decoder layer and then the wrapper are ``fully_shard``-ed
+(FSDP2, one flat data-parallel mesh); gradients are reduced in float32.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from prl_trainer_torch.logprobs import DEFAULT_CHUNK, chunked_logprobs
+
+
+@dataclass
+class Dist:
+    """Where this process sits: rank, world size and its device."""
+
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> Dist:
+    """Join the torchrun process group when there is one (NCCL on GPU, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+        if "OMP_NUM_THREADS" not in os.environ:
+            # Ranks on one host share its cores; oversubscribed OpenMP threads spin-wait.
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    if world > 1 and not torch.distributed.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    return Dist(rank, world, local_rank, device)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` is bfloat16 on GPU and float32 on CPU."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+class PolicyModel(nn.Module):
+    """A causal LM whose forward returns target log-probabilities, never full logits."""
+
+    def __init__(self, hf: nn.Module, chunk_size: int = DEFAULT_CHUNK) -> None:
+        super().__init__()
+        self.hf = hf
+        self.chunk_size = chunk_size
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: torch.Tensor | float = 1.0,
+        entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+        weight = self.hf.get_output_embeddings().weight
+        return chunked_logprobs(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy)
+
+
+def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None) -> nn.Module:
+    """A local HF model directory (or id), or a random init from ``config`` when given."""
+    from transformers import AutoModelForCausalLM
+
+    if config is not None:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation=attn)
+    model.config.use_cache = False
+    return model
+
+
+def decoder_layers(hf: nn.Module) -> list[nn.Module]:
+    layers = getattr(hf.get_decoder(), "layers", None)
+    if layers is None:
+        raise ValueError(f"model {type(hf).__name__} has no decoder .layers to shard or checkpoint")
+    return list(layers)
+
+
+def compile_default(device: torch.device) -> bool:
+    """Compile decoder layers on GPU unless PRL_TRAINER_COMPILE=0 (kernel fusion cuts the
+    thousands of small elementwise launches of an eager transformer step)."""
+    return device.type == "cuda" and os.environ.get("PRL_TRAINER_COMPILE", "1") != "0"
+
+
+def parallelize(
+    hf: nn.Module,
+    dist: Dist,
+    activation_checkpointing: bool,
+    chunk_size: int = DEFAULT_CHUNK,
+    compile: bool | None = None,
+) -> PolicyModel:
+    """Move to the device, turn on activation checkpointing, compile each decoder layer,
+    shard with FSDP2 when world > 1."""
+    hf.to(dist.device)
+    if activation_checkpointing:
+        # Non-reentrant checkpointing composes with FSDP2's per-layer unshard hooks.
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if compile if compile is not None else compile_default(dist.device):
+        for layer in decoder_layers(hf):
+            layer.compile()
+    policy = PolicyModel(hf, chunk_size)
+    if dist.world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(dist.device.type, (dist.world,))
+        mp = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+        for layer in decoder_layers(hf):
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(policy, mesh=mesh, mp_policy=mp)
+    return policy
+
+
+def count_params(hf: nn.Module) -> tuple[int, int]:
+    """(all parameters, parameters outside the input embedding) of the unsharded model."""
+    total = sum(p.numel() for p in hf.parameters())
+    emb = hf.get_input_embeddings().weight.numel()
+    out = hf.get_output_embeddings()
+    tied = out is not None and out.weight is hf.get_input_embeddings().weight
+    # A tied output matrix still costs its matmul, so only an untied input table is free.
+    return total, total if tied else total - emb

@@ -1,0 +1,211 @@
+"""The RL trainer loop (spec ``rl-loop.md`` §3 and §5, ``runs-and-artifacts.md`` §3–5).
+
+Versions: version ``v`` is the weights after step ``v``; the base model is version 0.
+
+1. Start: build the model (float32 on CPU, FSDP2 when world > 1), AdamW with weight decay
+   0 for ``weight_decay = "auto"``, the schedule over ``max_steps``; on resume restore model,
+   optimizer, scheduler and progress from ``checkpoints/step_N/trainer`` and start at N + 1.
+   Then publish the weights as version ``start − 1`` (0 for a fresh run) through the weight
+   transport plugin, so inference and trainer agree before the first batch.
+2. Each step S: wait for this rank's batch (``prl.orchestrator.transport.read_batch``), run
+   the forward/backward of :mod:`prl_trainer_torch.rl_step`, clip the gradient norm to
+   ``optim.max_norm``, step optimizer and scheduler, publish version S (the final step too:
+   the orchestrator waits to acknowledge it), then save a checkpoint when due.
+
+The weight transport's handshake blocks until the orchestrator acknowledges a version, so
+the trainer can never run more than one version ahead of inference. Every rank takes part
+in gathering the full state dict; rank 0 alone publishes, logs metrics and prunes
+checkpoints. The batch wait uses ``weight_broadcast.timeout``: both bound how long the
+trainer waits on the orchestrator.
+
+Run as ``python -m prl_trainer_torch.rl <resolved trainer.json>`` (what torchrun starts when
+``prl trainer`` is called directly with ``num_workers > 1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.metrics import build_monitors, emit, peak_memory_gib
+from prl_trainer_torch.model import init_distributed, load_hf_model, parallelize, resolve_dtype
+from prl_trainer_torch.optim import build_optimizer, build_scheduler
+from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
+from prl_trainer_torch.sft import run_dir_of
+
+log = logging.getLogger("prl.trainer")
+RL_WEIGHT_DECAY = 0.0
+# Schedules need a horizon; an unbounded run (no max_steps) keeps the warmup, then flat.
+UNBOUNDED_STEPS = 10**9
+
+
+def rl_resume_dir(config: Any, root: Path) -> Path | None:
+    """The step directory to restore. ``--resume`` alone takes the newest step that is
+    complete for RL: trainer/.metadata and orchestrator/progress.pt both present."""
+    res = config.resume
+    if res is None or res.dir is not None or res.step is not None:
+        return ckpt.resume_dir(config, root)
+    steps = [s for s in ckpt.complete_steps(root) if (root / f"step_{s}" / "orchestrator" / "progress.pt").exists()]
+    if not steps:
+        raise FileNotFoundError(f"--resume: no complete RL checkpoint (trainer and orchestrator parts) under {root}")
+    return root / f"step_{steps[-1]}"
+
+
+def full_state_dict(hf) -> dict[str, torch.Tensor]:
+    """Unsharded CPU weights under HF names (collective; only rank 0 gets tensors)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(hf, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+class RLRun:
+    """One RL trainer on this rank."""
+
+    def __init__(self, config: Any) -> None:
+        from prl.plugins import get_registry
+
+        self.config = config
+        self.dist = init_distributed()
+        torch.manual_seed(config.seed)
+        self.run_dir = run_dir_of(config)
+        self.ckpt_root = ckpt.ckpt_root(config, self.run_dir)
+        mcfg = config.model
+        self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
+        self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing)
+        self.optimizer = build_optimizer(self.policy.parameters(), config.optim, RL_WEIGHT_DECAY)
+        self.total = config.max_steps
+        self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
+        self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
+        self._resume()
+        registry = get_registry()
+        self.loss_fn = registry.get("losses", config.loss.type)(config.loss)
+        self.transport = registry.get("weight_transports", config.weight_broadcast.type)(config.weight_broadcast, self.run_dir)
+        self.monitors = build_monitors(config, self.run_dir, config.run.name or "") if self.dist.is_main else []
+
+    def _resume(self) -> None:
+        step_dir = rl_resume_dir(self.config, self.ckpt_root)
+        if step_dir is None:
+            return
+        res = self.config.resume
+        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res)
+        if res.skip_scheduler:
+            remaining = max((self.total or UNBOUNDED_STEPS) - self.progress["step"], 1)
+            self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, remaining)
+        log.info("resumed from %s at step %d", step_dir, self.progress["step"])
+
+    def publish(self, version: int) -> float:
+        """Hand the current weights to inference as ``version``; returns the seconds taken."""
+        t0 = time.perf_counter()
+        state = full_state_dict(self.hf)
+        if self.dist.is_main:
+            self.transport.publish(state, version)
+        if self.dist.world > 1:
+            # Other ranks must not run ahead into a batch the orchestrator has not made yet.
+            tdist.barrier()
+        return time.perf_counter() - t0
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Wait for batch ``step``, train on it; returns the step's metrics (all ranks)."""
+        from prl.orchestrator.transport import read_batch
+
+        t0 = time.perf_counter()
+        raw = read_batch(self.run_dir, step, self.dist.rank, timeout=self.config.weight_broadcast.timeout)
+        t1 = time.perf_counter()
+        self.policy.train()
+        mbs = [to_micro_batch(r, self.dist.device) for r in raw]
+        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.optim.max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        t2 = time.perf_counter()
+        metrics = reduce_stats(stats, self.dist.world)
+        tokens = metrics.pop("_tokens")
+        self.progress["step"] = step
+        self.progress["total_tokens"] += int(tokens)
+        self.progress["total_samples"] += sum(len(r["seq_lens"]) for r in raw if any(r["loss_mask"]))
+        metrics.update({
+            "optim/lr": lr,
+            "optim/grad_norm": float(grad_norm),
+            "perf/throughput": tokens / max(t2 - t1, 1e-9),
+            "perf/peak_memory": peak_memory_gib(self.dist.device),
+            "time/wait_for_batch": t1 - t0,
+            "time/forward_backward": t2 - t1,
+            "progress/num_tokens": float(self.progress["total_tokens"]),
+        })  # fmt: skip
+        return metrics
+
+    def save(self, final: bool) -> None:
+        step = self.progress["step"]
+        if not ckpt.save_due(step, final, self.config.ckpt):
+            return
+        t0 = time.perf_counter()
+        meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
+        ckpt.save(self.ckpt_root / f"step_{step}", self.hf, self.optimizer, self.scheduler, self.progress, None, self.dist.rank, meta)
+        if self.dist.world > 1:
+            tdist.barrier()
+        if self.dist.is_main:
+            c = self.config.ckpt
+            ckpt.retain(self.ckpt_root, c.keep_last, c.keep_interval)
+            emit(self.monitors, {"time/save_ckpt": time.perf_counter() - t0}, step)
+
+    def train(self) -> None:
+        """Publish ``start − 1``, then step until ``max_steps`` (total, also on resume)."""
+        start = self.progress["step"] + 1
+        self.publish(start - 1)
+        step = start
+        while self.total is None or step <= self.total:
+            t0 = time.perf_counter()
+            metrics = self.train_step(step)
+            metrics["time/broadcast_weights"] = self.publish(step)
+            metrics["time/step"] = time.perf_counter() - t0
+            emit(self.monitors, metrics, step)
+            if self.dist.is_main:
+                log.info(
+                    "step %d loss %.4f entropy %.4f mismatch_kl %.2e grad_norm %.3f",
+                    step, metrics.get("loss/all", 0.0), metrics.get("entropy/all/mean", 0.0),
+                    metrics.get("mismatch_kl/all/mean", 0.0), metrics["optim/grad_norm"],
+                )  # fmt: skip
+            self.save(final=step == self.total)
+            step += 1
+
+    def close(self) -> None:
+        for m in self.monitors:
+            m.close()
+        if self.dist.world > 1 and tdist.is_initialized():
+            tdist.destroy_process_group()
+
+
+def run(config: Any) -> int:
+    """Run the RL trainer in this process (one rank); close on success and error paths."""
+    logging.basicConfig(level=getattr(logging, config.log.level.upper()), format="%(asctime)s %(levelname)s %(message)s")
+    run = RLRun(config)
+    try:
+        run.train()
+    finally:
+        run.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from prl.config.components import TrainerConfig
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m prl_trainer_torch.rl <resolved trainer.json>", file=sys.stderr)
+        return 2
+    return run(TrainerConfig.model_validate_json(Path(args[0]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The RL forward/backward of one step over packed micro-batches (spec ``rl-loop.md`` §3, §6).
+
+Alignment. A micro-batch is a flat concatenation of documents; every per-token list
+(``loss_mask``, ``advantages``, ``inference_logprobs``, ``temperatures``, weights) is aligned
+with ``input_ids``: entry i describes token i. The model predicts token i at position i − 1,
+so the trainer's log-probability of token i is
+
+    logp_i = log softmax(z_{i−1} / tau_i)[x_i]
+
+with ``tau_i`` the temperature token i was sampled at. A document's first token (position
+id 0) has no prediction inside its document; it gets logp 0 and is removed from every mask.
+
+Loss. Denominators come first: ``local_scales`` of every micro-batch of this rank, summed,
+then ``global_scales`` over ranks; only then is each micro-batch run through the rl loss
+plugin and the fixed ce / ref_kl components (``component_losses``) and normalised:
+
+    loss = Σ rl / rl_scale + Σ ce / ce_scale + Σ ref_kl / ref_kl_scale
+
+Each micro-batch's backward uses ``loss_mb · world``: FSDP averages gradients over ranks, so
+the sum over micro-batches and ranks is exactly the gradient of the one global loss.
+
+Statistics. ``entropy`` (of the tempered distribution) and ``mismatch_kl`` = e^ℓ − 1 − ℓ,
+ℓ = logp − inference logp, are averaged over the loss tokens, for all envs and per env.
+Loss-plugin metrics (0-d means over a micro-batch's rl tokens) are averaged over
+micro-batches weighted by their rl token counts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from prl.contracts.loss import Loss, LossInputs
+from prl_loss_common import component_losses, global_scales, local_scales, mismatch_kl, normalise, rl_mask
+
+FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
+
+
+@dataclass
+class MicroBatch:
+    """One packed micro-batch as tensors on the trainer's device (all shaped [T])."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    inference_logprobs: torch.Tensor
+    temperatures: torch.Tensor
+    rl_weights: torch.Tensor
+    ce_weights: torch.Tensor
+    ref_kl_weights: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    env_ids: torch.Tensor
+    env_names: list[str]
+    tokens: int
+
+
+def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
+    """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
+    if raw.get("sampling_mask") is not None:
+        raise ValueError(
+            "sampling_mask: trainer 'torch' does not replay truncated sampling yet; "
+            "sample with top_p = 1 and no top_k"
+        )
+    pos = torch.tensor(raw["position_ids"], dtype=torch.long, device=device)
+    has_pred = pos != 0
+    fields = {k: torch.tensor(raw[k], dtype=torch.float32, device=device) for k in FLOAT_FIELDS}
+    # Weights of tokens without a prediction are zeroed so they leave the scales too.
+    for k in ("rl_weights", "ce_weights", "ref_kl_weights"):
+        fields[k] = torch.where(has_pred, fields[k], torch.zeros_like(fields[k]))
+    ref = raw.get("ref_logprobs")
+    names = sorted(set(raw["env_names"]))
+    index = {n: i for i, n in enumerate(names)}
+    env_ids = torch.repeat_interleave(
+        torch.tensor([index[n] for n in raw["env_names"]], dtype=torch.long),
+        torch.tensor(raw["seq_lens"], dtype=torch.long),
+    ).to(device)
+    return MicroBatch(
+        input_ids=torch.tensor(raw["input_ids"], dtype=torch.long, device=device),
+        position_ids=pos,
+        loss_mask=torch.tensor(raw["loss_mask"], dtype=torch.bool, device=device) & has_pred,
+        ref_logprobs=torch.tensor(ref, dtype=torch.float32, device=device) if ref is not None else None,
+        env_ids=env_ids,
+        env_names=names,
+        # padding micro-batches (all-false loss mask) train nothing and count no tokens
+        tokens=len(raw["input_ids"]) if any(raw["loss_mask"]) else 0,
+        **fields,
+    )
+
+
+def token_logprobs(policy, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp_i, entropy_i) aligned with ``input_ids`` (module docstring); 0 at document starts."""
+    targets = torch.roll(mb.input_ids, -1)
+    temps = torch.roll(mb.temperatures, -1).clamp_min(1e-6)
+    logp, ent = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True)
+    zero = logp.new_zeros(1)
+    logp = torch.cat([zero, logp[0, :-1]])
+    ent = torch.cat([zero, ent[0, :-1].detach()])
+    keep = mb.position_ids != 0
+    return torch.where(keep, logp, torch.zeros_like(logp)), torch.where(keep, ent, torch.zeros_like(ent))
+
+
+@dataclass
+class StepStats:
+    """Sums this rank accumulates over its micro-batches (reduced over ranks at the end)."""
+
+    loss: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    plugin: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    plugin_weight: float = 0.0
+    per_env: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0, 0.0]))
+    tokens: float = 0.0
+    nonfinite: float = 0.0
+
+    def add_tokens_stats(self, mb: MicroBatch, entropy: torch.Tensor, mkl: torch.Tensor) -> None:
+        mask = mb.loss_mask
+        for i, name in enumerate(mb.env_names):
+            sel = mask & (mb.env_ids == i)
+            count = float(sel.sum())
+            if count == 0:
+                continue
+            for key in ("all", name):
+                acc = self.per_env[key]
+                acc[0] += float(entropy[sel].sum())
+                acc[1] += float(mkl[sel].sum())
+                acc[2] += count
+
+
+def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int) -> StepStats:
+    """Forward and backward over this rank's micro-batches; gradients accumulate in ``policy``."""
+    scales = global_scales(sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs))
+    stats = StepStats()
+    for mb in mbs:
+        logp, entropy = token_logprobs(policy, mb)
+        inputs = LossInputs(
+            trainer_logprobs=logp,
+            inference_logprobs=mb.inference_logprobs,
+            advantages=mb.advantages,
+            loss_mask=mb.loss_mask,
+            rl_weights=mb.rl_weights,
+            ref_logprobs=mb.ref_logprobs,
+        )
+        sums = component_losses(loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights)
+        loss = normalise(sums, scales)
+        if not torch.isfinite(loss):
+            stats.nonfinite += 1
+        (loss * world).backward()
+        _accumulate(stats, sums, scales, mb, logp.detach(), entropy)
+    return stats
+
+
+def _accumulate(stats: StepStats, sums, scales, mb: MicroBatch, logp: torch.Tensor, entropy: torch.Tensor) -> None:
+    for name, total, scale in (("rl", sums.rl, scales.rl), ("ce", sums.ce, scales.ce), ("ref_kl", sums.ref_kl, scales.ref_kl)):
+        value = float(total.detach()) / (scale if scale > 0 else 1.0)
+        stats.loss[name] += value
+        stats.loss["all"] += value
+    weight = float(rl_mask(mb.loss_mask, mb.rl_weights).sum())
+    if weight > 0:
+        for name, value in sums.metrics.items():
+            if torch.is_tensor(value) and value.numel() == 1:
+                stats.plugin[name] += float(value.detach()) * weight
+        stats.plugin_weight += weight
+    mkl = mismatch_kl(logp - mb.inference_logprobs)
+    stats.add_tokens_stats(mb, entropy, mkl)
+    stats.tokens += mb.tokens
+
+
+def reduce_stats(stats: StepStats, world: int) -> dict[str, float]:
+    """Metrics of the step over all ranks (collective when ``world > 1``)."""
+    if world > 1:
+        gathered: list[Any] = [None] * world
+        tdist.all_gather_object(gathered, _plain(stats))
+    else:
+        gathered = [_plain(stats)]
+    loss: dict[str, float] = defaultdict(float)
+    plugin: dict[str, float] = defaultdict(float)
+    per_env: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    pw = tokens = nonfinite = 0.0
+    for s in gathered:
+        for k, v in s["loss"].items():
+            loss[k] += v
+        for k, v in s["plugin"].items():
+            plugin[k] += v
+        for k, v in s["per_env"].items():
+            per_env[k] = [a + b for a, b in zip(per_env[k], v)]
+        pw, tokens, nonfinite = pw + s["plugin_weight"], tokens + s["tokens"], nonfinite + s["nonfinite"]
+    out = {f"loss/{k}": v for k, v in loss.items()}
+    for k, v in plugin.items():
+        # is_masked is a headline metric of its own (spec §7); the rest live under loss/.
+        out["is_masked/mean" if k == "is_masked" else f"loss/{k}"] = v / max(pw, 1.0)
+    for env, (ent, mkl, count) in per_env.items():
+        out[f"entropy/{env}/mean"] = ent / max(count, 1.0)
+        out[f"mismatch_kl/{env}/mean"] = mkl / max(count, 1.0)
+    out["loss/nonfinite_count"] = nonfinite
+    out["_tokens"] = tokens
+    return out
+
+
+def _plain(stats: StepStats) -> dict[str, Any]:
+    return {
+        "loss": dict(stats.loss), "plugin": dict(stats.plugin), "per_env": {k: list(v) for k, v in stats.per_env.items()},
+        "plugin_weight": stats.plugin_weight, "tokens": stats.tokens, "nonfinite": stats.nonfinite,
+    }  # fmt: skip

@@ -1,0 +1,257 @@
+"""The SFT loop: build, (resume,) step, log, validate, checkpoint.
+
+Loss of a step = sum over every rank's micro-batches of the target-token NLL on loss
+tokens, divided by the global number of loss tokens of the step (spec: mean NLL per token
+over the global batch). Each micro-batch's backward uses ``sum_nll * world / N_global``
+because FSDP averages gradients over ranks; the sum of the micro-batch gradients is then
+the gradient of the global mean on every world size.
+
+Run as ``python -m prl_trainer_torch.sft <resolved sft.json>`` (what torchrun starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
+from prl_trainer_torch.metrics import (
+    Progress,
+    build_monitors,
+    doc_lengths,
+    emit,
+    model_flops,
+    peak_flops,
+    peak_memory_gib,
+)
+from prl_trainer_torch.model import count_params, init_distributed, load_hf_model, parallelize, resolve_dtype
+from prl_trainer_torch.optim import build_optimizer, build_scheduler
+
+log = logging.getLogger("prl.trainer")
+SFT_WEIGHT_DECAY = 0.01
+
+
+def run_dir_of(config: Any) -> Path:
+    name = config.run.dir or config.run.name
+    if not name:
+        raise ValueError("run.name: the run has no name (core fills it before calling the trainer)")
+    return Path(config.output_dir) / name
+
+
+def _all_sum(values: list[float], dist) -> list[float]:
+    if dist.world == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=dist.device)
+    tdist.all_reduce(t)
+    return t.tolist()
+
+
+class SFTRun:
+    """One SFT run on this rank."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.dist = init_distributed()
+        torch.manual_seed(config.seed)
+        self.run_dir = run_dir_of(config)
+        self.ckpt_root = ckpt.ckpt_root(config, self.run_dir)
+        mcfg = config.model
+        dtype = resolve_dtype(mcfg.dtype, self.dist.device)
+        hf = load_hf_model(mcfg.name, dtype, mcfg.attn_implementation)
+        self.n_params = count_params(hf)[1]
+        self.shape = (hf.config.num_hidden_layers, hf.config.hidden_size)
+        self.hf = hf
+        self.policy = parallelize(hf, self.dist, mcfg.activation_checkpointing)
+        self.optimizer = build_optimizer(self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY)
+        tokenizer = config.tokenizer.name or mcfg.name
+        source = SampleSource(config.data, config.renderer, tokenizer, hf.config.vocab_size)
+        self.loader = SFTLoader(source, config.data, self.dist.rank, self.dist.world)
+        self.total = config.max_steps or self.loader.steps_per_epoch()
+        if self.total < 1:
+            raise ValueError("data: one epoch has fewer packed rows than data.batch_size; set max_steps or add data")
+        self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total)
+        self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
+        self._resume()
+        self.val = self._val_rows(tokenizer, hf.config.vocab_size) if config.val is not None else None
+        main = self.dist.is_main
+        self.monitors = build_monitors(config, self.run_dir, config.run.name or "") if main else []
+        self.bar = Progress(main and sys.stderr.isatty(), self.total, self.progress["step"])
+        self.peak = peak_flops(self.dist.device)
+
+    def _resume(self) -> None:
+        step_dir = ckpt.resume_dir(self.config, self.ckpt_root)
+        if step_dir is None:
+            return
+        res = self.config.resume
+        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res)
+        if res.skip_scheduler:
+            remaining = max(self.total - self.progress["step"], 1)
+            self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, remaining)
+        if not res.skip_dataloader:
+            state = ckpt.load_loader_state(step_dir, self.dist.rank)
+            if state is not None:
+                self.loader.load_state_dict(state)
+        log.info("resumed from %s at step %d", step_dir, self.progress["step"])
+
+    def _val_rows(self, tokenizer: str, vocab: int):
+        source = SampleSource(self.config.val.data, self.config.renderer, tokenizer, vocab)
+        return eval_rows(source, self.config.val.data, self.dist.rank, self.dist.world)
+
+    def _forward_nll(self, row) -> tuple[torch.Tensor, int]:
+        dev = self.dist.device
+        ids, pos = row.input_ids.to(dev).unsqueeze(0), row.position_ids.to(dev).unsqueeze(0)
+        logp, _ = self.policy(ids, pos, row.targets.to(dev).unsqueeze(0))
+        mask = row.loss_mask.to(dev).unsqueeze(0)
+        return -(logp * mask).sum(), int(mask.sum())
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step; returns the step's metrics."""
+        t0 = time.perf_counter()
+        batch = self.loader.next_step()
+        self.policy.train()
+        scale = self.dist.world / max(batch.loss_tokens, 1)
+        nll_sum, nans = 0.0, 0
+        for row in batch.rows:
+            nll, _ = self._forward_nll(row)
+            loss = nll * scale
+            if not torch.isfinite(loss):
+                nans += 1
+            loss.backward()
+            nll_sum += float(nll.detach())
+        t1 = time.perf_counter()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.optim.max_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        nll_sum, nans = _all_sum([nll_sum, float(nans)], self.dist)
+        if self.dist.device.type == "cuda":
+            torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        loss = nll_sum / max(batch.loss_tokens, 1)
+        self.progress["step"] += 1
+        self.progress["total_tokens"] += batch.tokens
+        self.progress["total_samples"] += batch.samples
+        return self._step_metrics(batch, loss, float(grad_norm), lr, nans, (t0, t1, t2))
+
+    def _step_metrics(self, batch, loss: float, grad_norm: float, lr: float, nans: float, times) -> dict[str, float]:
+        t0, t1, t2 = times
+        dt = t2 - t0
+        docs = [n for r in batch.rows for n in doc_lengths(r.position_ids[: r.num_tokens])]
+        flops = _all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)[0]
+        metrics = {
+            "loss/mean": loss,
+            "loss/perplexity": math.exp(min(loss, 20.0)),
+            "loss/nan_count": nans,
+            "optim/lr": lr,
+            "optim/grad_norm": grad_norm,
+            "perf/throughput": batch.tokens / dt,
+            "perf/peak_memory": peak_memory_gib(self.dist.device),
+            "time/step": dt,
+            "time/forward_backward": t1 - t0,
+            "time/optimizer": t2 - t1,
+            "progress/epoch": float(self.loader.epoch),
+            "progress/num_samples": float(self.progress["total_samples"]),
+            "progress/num_tokens": float(self.progress["total_tokens"]),
+        }
+        if self.peak:
+            metrics["perf/mfu"] = flops / dt / (self.peak * self.dist.world)
+        return metrics
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        self.policy.eval()
+        nll, count = 0.0, 0
+        for row in self.val:
+            n, c = self._forward_nll(row)
+            nll, count = nll + float(n), count + c
+        nll, count = _all_sum([nll, float(count)], self.dist)
+        loss = nll / max(count, 1)
+        return {"val/loss": loss, "val/perplexity": math.exp(min(loss, 20.0))}
+
+    def save(self, final: bool) -> None:
+        step = self.progress["step"]
+        if not ckpt.save_due(step, final, self.config.ckpt):
+            return
+        step_dir = self.ckpt_root / f"step_{step}"
+        t0 = time.perf_counter()
+        meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
+        loader_state = self.loader.state_dict()
+        ckpt.save(step_dir, self.hf, self.optimizer, self.scheduler, self.progress, loader_state, self.dist.rank, meta)
+        if self.dist.world > 1:
+            tdist.barrier()
+        if self.dist.is_main:
+            c = self.config.ckpt
+            ckpt.retain(self.ckpt_root, c.keep_last, c.keep_interval)
+            emit(self.monitors, {"time/save_ckpt": time.perf_counter() - t0}, step)
+
+    def _should_validate(self, step: int) -> bool:
+        v = self.config.val
+        return v is not None and (step % v.interval == 0 or step == self.total)
+
+    def train(self) -> None:
+        """Steps until ``max_steps`` (total, also on resume) or the end of the epoch."""
+        if self.config.val is not None and self.config.val.eval_on_start and self.progress["step"] == 0:
+            emit(self.monitors, self.validate(), 0)
+        while self.progress["step"] < self.total:
+            metrics = self.train_step()
+            step = self.progress["step"]
+            if self._should_validate(step):
+                metrics.update(self.validate())
+            emit(self.monitors, metrics, step)
+            self._report(step, metrics)
+            self.save(final=step == self.total)
+
+    def _report(self, step: int, m: dict[str, float]) -> None:
+        if not self.dist.is_main:
+            return
+        info = f"loss {m['loss/mean']:.4f} lr {m['optim/lr']:.2e} {m['perf/throughput']:.0f} tok/s"
+        if "val/loss" in m:
+            info += f" val {m['val/loss']:.4f}"
+        self.bar.update(step, info)
+        if self.bar.bar is None:
+            log.info("step %d/%d %s gnorm %.3f", step, self.total, info, m["optim/grad_norm"])
+
+    def close(self) -> None:
+        self.bar.close()
+        for m in self.monitors:
+            m.close()
+        if self.dist.world > 1 and tdist.is_initialized():
+            tdist.destroy_process_group()
+
+
+def run(config: Any) -> int:
+    """Run SFT in this process (one rank); close on success and error paths."""
+    level = getattr(logging, config.log.level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    run = SFTRun(config)
+    try:
+        run.train()
+    finally:
+        run.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from prl.config.roots import SFTConfig
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m prl_trainer_torch.sft <resolved sft.json>", file=sys.stderr)
+        return 2
+    config = SFTConfig.model_validate_json(Path(args[0]).read_text())
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
