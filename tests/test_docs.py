@@ -33,3 +33,17 @@ def test_every_hook_has_a_docstring_with_returns_or_args():
 
 def test_hooks_md_is_up_to_date():
     assert (ROOT / "docs" / "hooks.md").read_text() == render(), "run: python -m prl.docgen docs/hooks.md"
+
+
+def test_every_registered_tag_is_documented():
+    from prl.plugins import KINDS, get_registry
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    registry = get_registry()
+    missing = []
+    for kind in KINDS:
+        for tag in registry.classes(kind):
+            dist = registry.origin(kind, tag)
+            if dist.startswith("prl-") and f"| `{tag}` | {dist} |" not in text:
+                missing.append(f"{kind}:{tag} ({dist})")
+    assert not missing, "run: python -m prl.docgen --plugins docs/plugins.md; missing " + ", ".join(missing)

@@ -225,7 +225,10 @@ def register_inline(module: Any, name: str, dist: str = "inline") -> None:
     registry.add(module, name, dist, "0")
     from prl.config.base import rebuild_configs
 
-    rebuild_configs()
+    try:
+        rebuild_configs()
+    except PluginError:
+        pass  # e.g. a duplicate tag: reported by the next registry lookup or validation
 
 
 def unregister_inline(name: str) -> None:

@@ -21,3 +21,16 @@ def register_plugin():
     finally:
         for name in names:
             unregister_inline(name)
+
+
+@pytest.fixture(autouse=True)
+def _restore_prl_environment():
+    """A command run in-process (typer's runner) exports PRL_RUN_* / PRL_ATTEMPT_* for its
+    children; restore them so one test's run directory never leaks into the next test."""
+    import os
+
+    saved = {k: v for k, v in os.environ.items() if k.startswith("PRL_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("PRL_") and k not in saved]:
+        del os.environ[key]
+    os.environ.update(saved)
