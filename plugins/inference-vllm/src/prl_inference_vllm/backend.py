@@ -134,7 +134,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
         )
         install(app, state)
         await engine.update_weight_version("0")
-        ready = asyncio.create_task(_announce(app, sock, cfg.backend.ready_file or os.environ.get("PRL_READY_FILE")))
+        ready = asyncio.create_task(_announce(app, sock, cfg.server.ready_file or cfg.backend.ready_file or os.environ.get("PRL_READY_FILE")))
         shutdown = await serve_http(
             app,
             sock=sock,
