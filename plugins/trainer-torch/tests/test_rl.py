@@ -47,14 +47,14 @@ def _sample(completion: list[int], advantage: float, temperature: float, env: st
     )
 
 
-def _write_batches(run_dir: Path, steps: range) -> None:
+def _write_batches(run_dir: Path, steps: range, ranks: int = 1) -> None:
     # Two envs and two temperatures; GOOD completions get +1, BAD ones -1.
     samples = [
         _sample(GOOD, 1.0, 1.0, "alpha"), _sample(BAD, -1.0, 1.0, "alpha"),
         _sample(GOOD, 1.0, 0.7, "beta"), _sample(BAD, -1.0, 0.7, "beta"),
     ]  # fmt: skip
     for step in steps:
-        write_batch(run_dir, step, pack(samples, seq_len=24, ranks=1))
+        write_batch(run_dir, step, pack(samples, seq_len=24, ranks=ranks))
 
 
 def _config(tmp_path: Path, model: Path, **extra) -> TrainerConfig:
@@ -169,3 +169,22 @@ def test_plain_resume_needs_the_orchestrator_part(tmp_path, tiny_model):
     _train(_config(tmp_path, tiny_model, ckpt={}, max_steps=1), [0, 1])
     with pytest.raises(FileNotFoundError, match="orchestrator"):
         RLRun(_config(tmp_path, tiny_model, resume={}))
+
+
+def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model):
+    from prl_trainer_torch.trainer import TorchTrainer
+
+    published = {}
+    for name, workers in (("one", 1), ("two", 2)):
+        cfg = _config(tmp_path, tiny_model, run={"name": name}, num_workers=workers, max_steps=1)
+        run_dir = tmp_path / "outputs" / name
+        # The same four samples, packed for one rank or spread over two.
+        _write_batches(run_dir, range(1, 2), ranks=workers)
+        consumer = Consumer(run_dir, [0, 1])
+        consumer.start()
+        assert TorchTrainer.run_rl(cfg) == 0
+        consumer.join(30)
+        assert consumer.error is None, consumer.error
+        published[name] = consumer.weights[1]
+    for key, value in published["one"].items():
+        torch.testing.assert_close(published["two"][key], value, atol=2e-5, rtol=1e-4, msg=key)
