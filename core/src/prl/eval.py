@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from prl.config.roots import EvalConfig
+from prl.fsutil import write_atomic
 from prl.types import Sampling, Trace
 
 log = logging.getLogger("prl.eval")
@@ -170,10 +171,7 @@ class Progress:
             return
         self._since_save = 0
         path = self.root / f"step_{self.cursor}" / "evals" / "progress.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".progress.pt.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": PROGRESS_VERSION, "cursor": self.cursor, "groups": self.done}))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"version": PROGRESS_VERSION, "cursor": self.cursor, "groups": self.done}))
         self._retain()
 
     def _retain(self) -> None:
@@ -239,9 +237,7 @@ def _write_plan(run_dir: Path, runs: list[_SourceRun]) -> None:
     plan = json.loads(path.read_text()) if path.exists() else {}
     for r in runs:
         plan[r.name] = {"0": len(r.tasks) * r.k}
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(plan, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(plan, indent=2))
 
 
 def _reset_results(path: Path, done: dict[str, list[dict[str, Any]]]) -> None:
@@ -306,7 +302,8 @@ class _Evaluator:
 
 async def _run(config: EvalConfig, run_dir: Path) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     from prl.envs import EnvServerDied, EnvSource
     from prl.orchestrator import build_client, build_renderer

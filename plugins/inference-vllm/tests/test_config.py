@@ -7,7 +7,8 @@ from pydantic import ValidationError
 
 from prl.config.components import InferenceConfig
 from prl.plugins import get_registry
-from prl_inference_vllm.backend import VllmArgsError, VllmBackend, is_loopback, parse_vllm_args
+from prl.serving import is_loopback
+from prl_inference_vllm.backend import VllmArgsError, VllmBackend, parse_vllm_args
 from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
 

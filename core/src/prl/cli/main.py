@@ -86,7 +86,6 @@ def version_cmd() -> None:
 def _add_plugin_commands() -> None:
     from prl.plugins import PluginError, get_registry
 
-    before = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     try:
         get_registry().pm.hook.prl_add_commands(app=app)
     except PluginError as exc:
@@ -97,7 +96,6 @@ def _add_plugin_commands() -> None:
     if dup:
         print_error(f"command name(s) claimed twice by plugins: {', '.join(dup)}", "Plugin error")
         sys.exit(USAGE_EXIT)
-    del before
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ plugins changes (tests that register plugins inline call it).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Union
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, PlainValidator, Tag
 from pydantic_core import PydanticCustomError, core_schema
@@ -164,5 +164,3 @@ def _nested_models(model: type[BaseModel]) -> list[type[BaseModel]]:
         walk(field.annotation)
     return found
 
-
-TagVar = ClassVar[str]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from prl.config.argv import ParsedArgs, parse_argv
 from prl.config.errors import ConfigError
 from prl.config.files import deep_merge, load_file, none_strings, normalize_keys
-from prl.config.introspect import fields_of, shape_of
+from prl.config.introspect import fields_of
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -28,7 +28,14 @@ from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset
 from prl.envs.guard import guarded
-from prl.envs.wire import sampling_from_dict, sampling_to_dict, task_from_dict, task_to_dict, trace_from_dict, trace_to_dict
+from prl.envs.wire import (
+    sampling_from_dict,
+    sampling_to_dict,
+    task_from_dict,
+    task_to_dict,
+    trace_from_dict,
+    trace_to_dict,
+)
 from prl.types import Sampling, Trace
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,13 @@ from pathlib import Path
 from prl.config.components import SourceConfig
 from prl.envs.protocol import ProtocolServer
 from prl.envs.source import build_taskset
+from prl.fsutil import write_atomic
 
 log = logging.getLogger("prl.env-server")
 
 
 def publish_address(address_file: Path, address: str) -> None:
-    tmp = address_file.with_name(address_file.name + ".tmp")
-    tmp.write_text(address + "\n")
-    os.replace(tmp, address_file)
+    write_atomic(address_file, address + "\n")
 
 
 async def serve(source: SourceConfig, address_file: Path, host: str = "127.0.0.1") -> None:

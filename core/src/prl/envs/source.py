@@ -41,6 +41,7 @@ from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset
 from prl.envs.guard import failed_trace, guarded
 from prl.envs.protocol import ProtocolClient
+from prl.fsutil import write_atomic
 from prl.types import Sampling, Trace
 
 log = logging.getLogger(__name__)
@@ -156,10 +157,7 @@ class EnvSource:
             base = Path(self._tmp.name)
         path = base / "envs" / self.split / f"{self.name}.json"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(self.source.model_dump(mode="json"), indent=2))
-            os.replace(tmp, path)
+            write_atomic(path, json.dumps(self.source.model_dump(mode="json"), indent=2))
         return path
 
     def _log_target(self) -> Any:

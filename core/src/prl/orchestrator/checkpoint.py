@@ -11,9 +11,10 @@ final step. Retention is the trainer's (master rank) job.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from prl.fsutil import write_atomic
 
 FILE = "progress.pt"
 
@@ -35,15 +36,7 @@ def is_due(config: Any, step: int) -> bool:
 
 
 def save_state(root: Path, step: int, state: dict[str, Any]) -> Path:
-    path = Path(root) / f"step_{step}" / "orchestrator" / FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    return write_atomic(Path(root) / f"step_{step}" / "orchestrator" / FILE, json.dumps(state), fsync=True)
 
 
 def resume_dir(config: Any, run_dir: Path) -> Path | None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from prl.types import Branch, Trace, TrainingSample
 
-
 ALIGNED = ("sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs")
 SAMPLE_LISTS = (
     "input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights",

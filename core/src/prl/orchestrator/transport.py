@@ -26,7 +26,6 @@ of :mod:`prl.orchestrator.packing`.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+
+from prl.fsutil import write_atomic
 
 FORMAT = 1
 
@@ -51,13 +52,8 @@ def write_batch(run_dir: Path, step: int, ranks: list[list[dict[str, Any]]]) -> 
     paths = []
     for rank, micro_batches in enumerate(ranks):
         path = batch_path(run_dir, step, rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"format": FORMAT, "step": step, "rank": rank, "micro_batches": micro_batches}
-        data = msgpack.packb(payload, use_single_float=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
+        write_atomic(path, msgpack.packb(payload, use_single_float=True))
         paths.append(path)
     return paths
 

@@ -9,9 +9,7 @@ names a file, writes that base URL there (atomically, so a reader never sees hal
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import os
 import socket
 import sys
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from prl.contracts import InferenceBackend, InferenceBackendConfig
+from prl.serving import admin_api_key, announce, bind, ready_file
 
 log = logging.getLogger("prl_inference_torch")
 
@@ -45,15 +44,6 @@ class TorchInferenceConfig(InferenceBackendConfig):
     """Write the bound base URL (http://host:port) here once serving; $PRL_READY_FILE when unset."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class TorchBackend(InferenceBackend):
     """OpenAI-compatible server with token-in/token-out generate and weight updates."""
 
@@ -62,12 +52,7 @@ class TorchBackend(InferenceBackend):
 
     def serve(self) -> None:
         cfg = self.config
-        api_key = cfg.server.api_key or os.environ.get("PRL_API_KEY") or None
-        if not is_loopback(cfg.server.host) and not api_key:
-            raise SystemExit(
-                f"server.host '{cfg.server.host}' is not loopback: set server.api_key (or $PRL_API_KEY) "
-                "so admin routes are protected"
-            )
+        api_key = admin_api_key(cfg.server)
         logging.basicConfig(level=cfg.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         sock = bind(cfg.server.host, cfg.server.port)
         from prl_inference_torch.loading import load_state
@@ -79,45 +64,21 @@ class TorchBackend(InferenceBackend):
             state.engine.shutdown()
 
 
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise SystemExit(f"cannot bind server.host:port {host}:{port}: {exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
-
-
 def _run_uvicorn(state, sock: socket.socket, cfg) -> None:
     import uvicorn
 
     from prl_inference_torch.server import build_app
 
-    host, port = sock.getsockname()[:2]
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    ready = cfg.server.ready_file or cfg.backend.ready_file or os.environ.get("PRL_READY_FILE")
+    ready = ready_file(cfg)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets=sockets)
-            print(f"listening on {url}", flush=True)
-            if ready:
-                write_atomic(Path(ready), url + "\n")
+            announce(sock, ready)
 
     config = uvicorn.Config(build_app(state), log_level=cfg.log.level, access_log=cfg.log.level == "debug",
                             timeout_keep_alive=30)
     Server(config).run(sockets=[sock])
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,6 @@ atomically.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prl.contracts import InferenceBackend
+from prl.serving import admin_api_key, announce, bind, ready_file
 
 from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
@@ -31,15 +31,6 @@ log = logging.getLogger("prl_inference_vllm")
 
 class VllmArgsError(ValueError):
     """vLLM rejected the arguments built from ``[inference.backend]``."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_vllm_args(cfg: Any) -> Any:
@@ -66,12 +57,7 @@ class VllmBackend(InferenceBackend):
 
     def serve(self) -> None:
         cfg = self.config
-        api_key = cfg.server.api_key or os.environ.get("PRL_API_KEY") or None
-        if not is_loopback(cfg.server.host) and not api_key:
-            raise SystemExit(
-                f"server.host '{cfg.server.host}' is not loopback: set server.api_key (or $PRL_API_KEY) "
-                "so admin routes are protected"
-            )
+        api_key = admin_api_key(cfg.server)
         logging.basicConfig(level=cfg.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             args = parse_vllm_args(cfg)
@@ -82,19 +68,6 @@ class VllmBackend(InferenceBackend):
         import uvloop
 
         uvloop.run(_serve(cfg, args, sock, api_key))
-
-
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise SystemExit(f"cannot bind server.host:port {host}:{port}: {exc}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def _served_checkpoint(model_dir: str) -> tuple[dict[str, Any], dict[str, list[int]] | None]:
@@ -134,7 +107,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
         )
         install(app, state)
         await engine.update_weight_version("0")
-        ready = asyncio.create_task(_announce(app, sock, cfg.server.ready_file or cfg.backend.ready_file or os.environ.get("PRL_READY_FILE")))
+        ready = asyncio.create_task(_announce(app, sock, ready_file(cfg)))
         shutdown = await serve_http(
             app,
             sock=sock,
@@ -149,22 +122,11 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
     sock.close()
 
 
-async def _announce(app: Any, sock: socket.socket, ready_file: str | os.PathLike | None) -> None:
+async def _announce(app: Any, sock: socket.socket, ready: str | os.PathLike | None) -> None:
     """Print the URL and write the ready file once uvicorn accepts connections."""
     while not getattr(getattr(app.state, "server", None), "started", False):
         await asyncio.sleep(0.05)
-    host, port = sock.getsockname()[:2]
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    print(f"listening on {url}", flush=True)
-    if ready_file:
-        write_atomic(Path(ready_file), url + "\n")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    announce(sock, ready)
 
 
 def main(argv: list[str] | None = None) -> int:

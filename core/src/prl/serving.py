@@ -1,0 +1,59 @@
+"""What every inference backend does around its HTTP app: refuse to expose admin routes
+without a key, bind the socket first (port 0 picks a free one), then announce the URL."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from typing import Any
+
+from prl.fsutil import write_atomic
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def admin_api_key(server: Any) -> str | None:
+    """``server.api_key`` or ``$PRL_API_KEY``; a non-loopback bind without one is refused."""
+    api_key = server.api_key or os.environ.get("PRL_API_KEY") or None
+    if not is_loopback(server.host) and not api_key:
+        raise SystemExit(
+            f"server.host '{server.host}' is not loopback: set server.api_key (or $PRL_API_KEY) "
+            "so admin routes are protected"
+        )
+    return api_key
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise SystemExit(f"cannot bind server.host:port {host}:{port}: {exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def ready_file(config: Any) -> str | os.PathLike | None:
+    """Where to write the bound URL: server.ready_file, the backend's, or $PRL_READY_FILE."""
+    return config.server.ready_file or getattr(config.backend, "ready_file", None) or os.environ.get("PRL_READY_FILE")
+
+
+def announce(sock: socket.socket, ready: str | os.PathLike | None) -> str:
+    """Print ``listening on <url>`` and write the URL to ``ready`` (once serving)."""
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    print(f"listening on {url}", flush=True)
+    if ready:
+        write_atomic(ready, url + "\n")
+    return url
