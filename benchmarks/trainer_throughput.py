@@ -7,8 +7,9 @@ RL-style objective on every token:
     logp, H = per-token log-probabilities (temperature-scaled) and entropy
     loss = -sum(exp(logp - logp_inference) * advantage) / tokens
 
-prl: documents packed into ``--seq-len`` rows (position ids restart per document, block-
-sparse flex attention), log-probs chunked from hidden states, activation checkpointing.
+prl: documents packed into rows of at most ``--seq-len`` tokens (position ids restart per
+document; flash-attention varlen over the documents on GPU), log-probs chunked from hidden
+states by a fused autograd function, activation checkpointing, compiled decoder layers.
 plain: documents padded into micro-batches of at most ``--plain-tokens`` padded tokens,
 SDPA with a padding mask, full logits and a full-vocabulary log-softmax.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -66,20 +66,15 @@ def make_docs(steps: int, tokens_per_step: int, vocab: int, seed: int = 0) -> li
 
 
 def pack_rows(docs: list[dict], seq_len: int) -> list[dict]:
-    """Greedy packing into rows of seq_len; padding is its own position run, masked."""
+    """Greedy packing into rows of at most seq_len tokens. Rows are not padded: each goes
+    through the model alone, as the trainer's micro-batches do."""
     rows, cur = [], []
 
     def flush():
-        used = sum(len(d["ids"]) for d in cur)
-        pad = seq_len - used
-
-        def cat(k, fill):
-            return torch.cat([d[k] for d in cur] + [torch.full((pad,), fill, dtype=cur[0][k].dtype)])
-
         rows.append({
-            "ids": cat("ids", 0), "targets": cat("targets", 0), "adv": cat("adv", 0.0), "inf_lp": cat("inf_lp", 0.0),
-            "pos": torch.cat([torch.arange(len(d["ids"])) for d in cur] + [torch.arange(pad)]),
-            "mask": torch.cat([torch.ones(used, dtype=torch.bool), torch.zeros(pad, dtype=torch.bool)]),
+            **{k: torch.cat([d[k] for d in cur]) for k in ("ids", "targets", "adv", "inf_lp")},
+            "pos": torch.cat([torch.arange(len(d["ids"])) for d in cur]),
+            "mask": torch.ones(sum(len(d["ids"]) for d in cur), dtype=torch.bool),
             "docs": [len(d["ids"]) for d in cur],
         })
 
@@ -126,14 +121,7 @@ def run_prl(cfg, steps_docs, args, dist, state=None) -> dict:
         n_tok = sum(len(d["ids"]) for d in docs)
         _sync(dev)
         t0 = time.perf_counter()
-        total = torch.zeros((), device=dev, dtype=torch.float32)
-        for r in mine:
-            b = {k: v.to(dev, non_blocking=True).unsqueeze(0) for k, v in r.items() if k != "docs"}
-            temp = torch.ones_like(b["inf_lp"])
-            logp, ent = policy(b["ids"], b["pos"], b["targets"], temp, entropy=True)
-            loss = rl_loss(logp, b["adv"], b["inf_lp"], b["mask"], n_tok)
-            (loss * dist.world).backward()
-            total += loss.detach()
+        total = _prl_passes(policy, mine, dev, n_tok, dist.world)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -144,9 +132,68 @@ def run_prl(cfg, steps_docs, args, dist, state=None) -> dict:
         losses.append(float(total))
         flops.append(model_flops(n_params, cfg.num_hidden_layers, cfg.hidden_size, [len(d["ids"]) for d in docs]))
     out = _summary("prl", losses, times, flops, steps_docs, args, dev, dist.world)
-    if args.profile and dist.is_main:
-        _profile_step(policy, steps_docs[-1], args, dev)
+    if dist.is_main:
+        print(json.dumps(out), flush=True)
+        _print_compile_stats()
+        try:  # diagnostics after the figures: a failure here must not lose them
+            if args.profile:
+                _profile_step(policy, steps_docs[-1], args, dev)
+            if args.mem_report and dev.type == "cuda":
+                _mem_report(policy, opt, steps_docs[-1], args, dev)
+        except Exception as exc:  # noqa: BLE001
+            print(f"diagnostics failed: {type(exc).__name__}: {exc}")
     return out
+
+
+def _prl_passes(policy, rows, dev, n_tok, world) -> torch.Tensor:
+    """Forward and backward over this rank's packed rows; the summed loss."""
+    total = torch.zeros((), device=dev, dtype=torch.float32)
+    for r in rows:
+        b = {k: v.to(dev, non_blocking=True).unsqueeze(0) for k, v in r.items() if k != "docs"}
+        temp = torch.ones_like(b["inf_lp"])
+        logp, ent = policy(b["ids"], b["pos"], b["targets"], temp, entropy=True)
+        loss = rl_loss(logp, b["adv"], b["inf_lp"], b["mask"], n_tok)
+        (loss * world).backward()
+        total += loss.detach()
+    return total
+
+
+def _mem_report(policy, opt, docs, args, dev) -> None:
+    """One more step with the CUDA allocator's history on; prints the blocks alive at the
+    step's peak, grouped by the first non-torch frame that allocated them."""
+    n_tok = sum(len(d["ids"]) for d in docs)
+    _sync(dev)
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    _prl_passes(policy, pack_rows(docs, args.seq_len), dev, n_tok, 1)
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    _sync(dev)
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    events = snap["device_traces"][dev.index or 0]
+    cur, best, best_i = 0, 0, -1
+    for i, e in enumerate(events):
+        cur += e["size"] if e["action"] == "alloc" else -e["size"] if e["action"] == "free_completed" else 0
+        if cur > best:
+            best, best_i = cur, i
+    live: dict[int, dict] = {}
+    for e in events[: best_i + 1]:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    groups: dict[str, list[int]] = {}
+    for e in live.values():
+        frames = [f for f in e.get("frames", []) if "/torch/" not in f["filename"]][:2]
+        key = " <- ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in frames) or "?"
+        groups.setdefault(key, []).append(e["size"])
+    print(f"mem-report: allocated before the step {base / 2**30:.2f} GiB, peak in step "
+          f"{(base + best) / 2**30:.2f} GiB (max_memory_allocated {torch.cuda.max_memory_allocated(dev) / 2**30:.2f})")
+    for key, sizes in sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:14]:
+        print(f"  {sum(sizes) / 2**30:7.3f} GiB  x{len(sizes):<4d} {key}")
 
 
 def _profile_step(policy, docs, args, dev) -> None:
@@ -160,7 +207,15 @@ def _profile_step(policy, docs, args, dev) -> None:
             logp, _ = policy(b["ids"], b["pos"], b["targets"], torch.ones_like(b["inf_lp"]), entropy=True)
             rl_loss(logp, b["adv"], b["inf_lp"], b["mask"], n_tok).backward()
         _sync(dev)
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
+
+
+def _print_compile_stats() -> None:
+    from torch._dynamo.utils import counters
+
+    stats = {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles") and v}
+    if stats:
+        print("dynamo:", json.dumps(stats))
 
 
 def run_plain(cfg, steps_docs, args, dev, state) -> dict:
@@ -236,13 +291,14 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=16384)
     p.add_argument("--plain-tokens", type=int, default=8192)
     p.add_argument("--chunk", type=int, default=2048)
-    p.add_argument("--attn", default="flex_attention")
+    p.add_argument("--attn", default="auto", help="auto = prl_varlen on CUDA (torch >= 2.10), else sdpa")
     p.add_argument("--no-ac", action="store_true")
     p.add_argument("--compile", type=int, default=None, help="compile decoder layers (default: on GPU)")
     p.add_argument("--only", choices=["prl", "plain", "both"], default="both")
     p.add_argument("--fsdp-check", action="store_true", help="prl only, under torchrun; print per-step losses")
     p.add_argument("--out", default=None)
     p.add_argument("--profile", action="store_true", help="profile one extra step (prl)")
+    p.add_argument("--mem-report", action="store_true", help="one extra step (prl): what is alive at peak memory")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (CPU smoke test)")
     args = p.parse_args()
     dist = init_distributed()
@@ -265,13 +321,14 @@ def main() -> int:
             torch.cuda.empty_cache()
         results.append(run_plain(cfg, steps_docs, args, dist.device, state))
     if dist.is_main:
-        for r in results:
-            print(json.dumps(r))
+        if results and results[-1]["name"] == "plain":
+            print(json.dumps(results[-1]))
         if len(results) == 2:
             print(f"speedup prl/plain: {results[0]['tokens_per_s'] / results[1]['tokens_per_s']:.2f}x")
         if args.out:
             Path(args.out).write_text(json.dumps(results, indent=1))
     if dist.world > 1:
+        torch.distributed.barrier()  # no rank tears gloo/NCCL down while another still talks
         torch.distributed.destroy_process_group()
     return 0
 

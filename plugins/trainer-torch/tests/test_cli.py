@@ -39,3 +39,20 @@ def test_lcs_ratio():
     assert lcs_ratio("cba", "cba") == 1.0
     assert lcs_ratio("", "cba") == 0.0
     assert 0.0 < lcs_ratio("cbx", "cba") < 1.0
+
+
+def test_bad_row_met_during_training_is_one_line_and_exit_2(tmp_path, tiny_model):
+    import subprocess
+    import sys
+
+    rows = [{"prompt": f"p{i}", "completion": f"c{i}"} for i in range(12)]
+    rows[7] = {"prompt": "x", "completion": 5}
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = [sys.executable, "-m", "prl", "sft", "--model.name", str(tiny_model), "--renderer.name", "qwen3",
+           "--data.name", str(data), "--data.batch-size", "2", "--data.num-workers", "2", "--data.shuffle", "false",
+           "--max-steps", "5", "--output-dir", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Data error: row 7: column 'completion' must be a list of messages or a string, got int" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -4,28 +4,55 @@ from __future__ import annotations
 
 import torch
 
+from prl_trainer_torch import logprobs
 from prl_trainer_torch.logprobs import chunked_logprobs
 from prl_trainer_torch.model import Dist, load_hf_model, parallelize
 
 
-def test_chunked_matches_full_softmax_values_and_grads():
+def _check_against_full_softmax(dtype, tol):
     torch.manual_seed(0)
-    h = torch.randn(2, 37, 16, requires_grad=True)
-    w = torch.randn(50, 16, requires_grad=True)
+    # Logits of a few units, as in a trained model (huge ones make fp32 rounding dominate).
+    h = (0.3 * torch.randn(2, 37, 16)).to(dtype).requires_grad_()
+    w = torch.randn(50, 16, dtype=dtype, requires_grad=True)
     y = torch.randint(0, 50, (2, 37))
     temp = torch.rand(2, 37) + 0.5
+    # Different upstream weights per token and per output exercise both gradient terms.
+    c_lp, c_ent = torch.randn(2, 37), torch.randn(2, 37)
     logp, ent = chunked_logprobs(h, w, y, temp, chunk_size=8, entropy=True)
-    (logp.sum() + ent.sum()).backward()
+    ((logp * c_lp).sum() + (ent * c_ent).sum()).backward()
     g_h, g_w = h.grad.clone(), w.grad.clone()
     h.grad = w.grad = None
-    full = torch.log_softmax((h @ w.t()) / temp.unsqueeze(-1), -1)
+    full = torch.log_softmax((h @ w.t()).float() / temp.unsqueeze(-1), -1)
     ref = full.gather(-1, y.unsqueeze(-1)).squeeze(-1)
     ref_ent = -(full.exp() * full).sum(-1)
-    (ref.sum() + ref_ent.sum()).backward()
-    torch.testing.assert_close(logp, ref)
-    torch.testing.assert_close(ent, ref_ent)
-    torch.testing.assert_close(g_h, h.grad)
-    torch.testing.assert_close(g_w, w.grad)
+    ((ref * c_lp).sum() + (ref_ent * c_ent).sum()).backward()
+    for got, want in ((logp, ref), (ent, ref_ent), (g_h, h.grad), (g_w, w.grad)):
+        torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    assert g_w.dtype == dtype and logp.dtype == torch.float32
+
+
+def test_chunked_matches_full_softmax_values_and_grads():
+    _check_against_full_softmax(torch.float32, 1e-4)
+    _check_against_full_softmax(torch.bfloat16, 2e-2)
+
+
+def test_compiled_chunk_kernels_match(monkeypatch):
+    monkeypatch.setattr(logprobs, "_KERNELS", dict(logprobs._KERNELS))
+    logprobs.compile_chunks()
+    _check_against_full_softmax(torch.float32, 1e-4)
+
+
+def test_without_entropy_returns_zeros_and_logp_grads_only():
+    torch.manual_seed(0)
+    h = torch.randn(9, 8, requires_grad=True)
+    w = torch.randn(20, 8)
+    y = torch.randint(0, 20, (9,))
+    logp, ent = chunked_logprobs(h, w, y, 0.7, chunk_size=4)
+    assert torch.count_nonzero(ent) == 0
+    logp.sum().backward()
+    ref = torch.log_softmax(h @ w.t() / 0.7, -1).gather(-1, y[:, None]).squeeze(-1)
+    g = torch.autograd.grad(ref.sum(), h)[0]
+    torch.testing.assert_close(h.grad, g, atol=1e-5, rtol=1e-5)
 
 
 def test_packed_documents_do_not_attend_to_each_other(tiny_model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import ClassVar, Literal
 
 import pytest
@@ -140,3 +141,24 @@ def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, sft_config):
         weights.append(load_file(out / "model.safetensors"))
     for key in weights[0]:
         torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
+
+
+def test_mixed_splits_report_their_ratios(tmp_path, tiny_model, reverse_data, recorder, sft_config):
+    import datasets
+
+    train, _ = reverse_data
+    rows = [json.loads(line) for line in train.read_text().splitlines()]
+    parts = datasets.DatasetDict({
+        "easy": datasets.Dataset.from_list(rows[:200]), "hard": datasets.Dataset.from_list(rows[200:]),
+    })
+    parts.save_to_disk(str(tmp_path / "mix"))
+    cfg = sft_config(
+        tmp_path, tiny_model, tmp_path / "mix", max_steps=3, monitors={"record": {}},
+        data={"splits": ["easy", "hard"], "probabilities": [0.8, 0.2], "batch_size": 8},
+    )
+    assert TorchTrainer.run_sft(cfg) == 0
+    last = recorder.rows[-1][2]
+    for kind in ("samples", "tokens"):
+        easy, hard = last[f"progress/easy/ratio_{kind}"], last[f"progress/hard/ratio_{kind}"]
+        assert easy + hard == pytest.approx(1.0)
+        assert easy > hard > 0

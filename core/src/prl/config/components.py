@@ -236,8 +236,9 @@ class ModelTrainConfig(ModelConfig):
     """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass."""
-    attn_implementation: str = "sdpa"
-    """transformers attention implementation."""
+    attn_implementation: str = "auto"
+    """transformers attention implementation (sdpa, flex_attention, ...), or auto: prl_varlen
+    (flash attention over the packed documents, no mask) on CUDA with torch >= 2.10, else sdpa."""
 
 
 class TrainerConfig(PrlModel):

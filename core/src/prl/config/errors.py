@@ -10,3 +10,11 @@ class ConfigError(Exception):
         super().__init__(message)
         self.message = message
         self.title = title
+
+
+class DataError(ConfigError, ValueError):
+    """A bad dataset (a row, a column, a split): printed like a config error, exit 2.
+    Also a ValueError, so code that validates data can be tested as such."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "Data error")

@@ -10,8 +10,9 @@ column (one bool per message). Template tokens between messages are never traine
 Each sample of n tokens gives n-1 (input, target) pairs; the loss mask is the target
 token's. Samples are cut to ``seq_len`` inputs and packed greedily into rows of
 ``seq_len * micro_batch_size`` tokens; a sample that does not fit starts the next row and
-the rest of the row is padding (masked out, its own position run). ``position_ids``
-restart at 0 for every sample, which is how the model keeps documents apart.
+the rest of the row is padding (masked out, its own position run; the trainer cuts it off
+before the forward pass). ``position_ids`` restart at 0 for every sample, which is how the
+model keeps documents apart.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from prl.config.errors import DataError
 
 MESSAGE_COLUMNS = ("messages", "prompt", "completion", "tools", "message_loss_mask")
+SUBSET_COLUMN = "_prl_subset"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Sample:
     inputs: list[int]
     targets: list[int]
     mask: list[bool]
+    subset: int = 0
 
 
 @dataclass
@@ -46,6 +50,10 @@ class PackedRow:
     position_ids: torch.Tensor
     num_samples: int
     num_tokens: int
+    subsets: tuple[int, ...] = ()
+    """Per sample: which interleaved subset it came from."""
+    lengths: tuple[int, ...] = ()
+    """Per sample: its tokens in this row."""
 
 
 def load_dataset_rows(data_cfg: Any):
@@ -60,22 +68,39 @@ def load_dataset_rows(data_cfg: Any):
     parts = [_load_one(datasets, path, data_cfg, subsets[i % len(subsets)], splits[i % len(splits)]) for i in range(n)]
     if len(parts) == 1:
         return parts[0]
+    # Tag each row with its part so progress/<subset>/ratio_* can count the mixture.
+    parts = [part.add_column(SUBSET_COLUMN, [i] * len(part)) for i, part in enumerate(parts)]
     return datasets.interleave_datasets(
         parts, probabilities=data_cfg.probabilities, seed=data_cfg.seed, stopping_strategy=data_cfg.stopping_strategy
     )
+
+
+def subset_labels(data_cfg: Any) -> list[str]:
+    """Metric names of the interleaved parts: the subset, else the split, else both (and
+    the part's index when even that repeats)."""
+    subsets, splits = data_cfg.subsets or [], data_cfg.splits or []
+    n = max(len(subsets), len(splits))
+    if n < 2:
+        return []
+    for names in (subsets, splits):
+        if len(set(names)) == n:
+            return list(names)
+    sub, spl = subsets or ["default"], splits or ["train"]
+    labels = [f"{sub[i % len(sub)]}-{spl[i % len(spl)]}" for i in range(n)]
+    return labels if len(set(labels)) == n else [f"{label}-{i}" for i, label in enumerate(labels)]
 
 
 def _load_one(datasets, path: Path, cfg: Any, subset: str | None, split: str):
     kinds = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
     if path.is_file():
         if path.suffix not in kinds:
-            raise ValueError(f"data.name: unsupported file type '{path.suffix}' (use jsonl, json, parquet or csv)")
+            raise DataError(f"data.name: unsupported file type '{path.suffix}' (use jsonl, json, parquet or csv)")
         return datasets.load_dataset(kinds[path.suffix], data_files=str(path), split="train")
     if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
         ds = datasets.load_from_disk(str(path))
         if isinstance(ds, datasets.DatasetDict):
             if split not in ds:
-                raise ValueError(f"data.splits: split '{split}' not in {path} (has {', '.join(ds)})")
+                raise DataError(f"data.splits: split '{split}' not in {path} (has {', '.join(ds)})")
             ds = ds[split]
         return ds
     return datasets.load_dataset(str(path), subset, split=split, revision=cfg.revision)
@@ -97,7 +122,7 @@ class RowRenderer:
         unknown = sorted(set(cols) - set(MESSAGE_COLUMNS))
         if unknown:
             known = ", ".join(MESSAGE_COLUMNS)
-            raise ValueError(f"data.columns: unknown key(s) {', '.join(unknown)} (known: {known}, renderer)")
+            raise DataError(f"data.columns: unknown key(s) {', '.join(unknown)} (known: {known}, renderer)")
         self.col = {k: cols.get(k, k) for k in MESSAGE_COLUMNS}
 
     def renderer_for(self, row: dict) -> Any:
@@ -125,13 +150,13 @@ class RowRenderer:
             train = [False] * len(prompt) + [bool(roles.get(m["role"], False)) for m in completion]
             prompt_len = len(prompt)
         else:
-            raise ValueError(
+            raise DataError(
                 f"row {index}: needs column '{col['messages']}' or both '{col['prompt']}' and '{col['completion']}'"
             )
         flags = row.get(col["message_loss_mask"])
         if flags is not None:
             if not isinstance(flags, list) or len(flags) != len(msgs) or not all(isinstance(f, bool) for f in flags):
-                raise ValueError(
+                raise DataError(
                     f"row {index}: column '{col['message_loss_mask']}' must be a list of {len(msgs)} booleans "
                     "(one per message)"
                 )
@@ -147,9 +172,9 @@ class RowRenderer:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as err:
-                raise ValueError(f"row {index}: column '{name}' is not valid JSON ({err.msg})") from None
+                raise DataError(f"row {index}: column '{name}' is not valid JSON ({err.msg})") from None
         if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
-            raise ValueError(f"row {index}: column '{name}' must be a list of tool schemas")
+            raise DataError(f"row {index}: column '{name}' must be a list of tool schemas")
         return value or None
 
     def sample(self, row: dict, index: int, seq_len: int) -> Sample | None:
@@ -166,7 +191,7 @@ class RowRenderer:
                     enumerate(zip(mask, rendered.message_index))]
         if len(ids) < 2 or not any(mask[1:]):
             return None
-        return Sample(ids[:-1], ids[1:], mask[1:])
+        return Sample(ids[:-1], ids[1:], mask[1:], int(row.get(SUBSET_COLUMN) or 0))
 
 
 def _as_messages(value: Any, default_role: str | None, index: int, column: str) -> list[dict]:
@@ -174,11 +199,11 @@ def _as_messages(value: Any, default_role: str | None, index: int, column: str) 
         return [{"role": default_role, "content": value}]
     if not isinstance(value, list):
         got = type(value).__name__
-        raise ValueError(f"row {index}: column '{column}' must be a list of messages or a string, got {got}")
+        raise DataError(f"row {index}: column '{column}' must be a list of messages or a string, got {got}")
     out = []
     for j, msg in enumerate(value):
         if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            raise ValueError(f"row {index}: column '{column}' message {j} must be a dict with a 'role'")
+            raise DataError(f"row {index}: column '{column}' message {j} must be a dict with a 'role'")
         # Arrow fills keys other rows have with None; renderers expect them absent.
         out.append({k: v for k, v in msg.items() if v is not None})
     return out
@@ -212,5 +237,6 @@ def _row(buf: list[Sample], length: int, pad_id: int) -> PackedRow:
     mask += [False] * pad
     pos += range(pad)
     return PackedRow(
-        torch.tensor(ids), torch.tensor(tgt), torch.tensor(mask), torch.tensor(pos), len(buf), real
+        torch.tensor(ids), torch.tensor(tgt), torch.tensor(mask), torch.tensor(pos), len(buf), real,
+        tuple(s.subset for s in buf), tuple(len(s.inputs) for s in buf),
     )

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from prl_trainer_torch.logprobs import DEFAULT_CHUNK, chunked_logprobs
+from prl_trainer_torch.attention import NAME as VARLEN
+from prl_trainer_torch.attention import document_bounds, resolve_attn
+from prl_trainer_torch.logprobs import DEFAULT_CHUNK, chunked_logprobs, compile_chunks
 
 
 @dataclass
@@ -82,15 +84,21 @@ class PolicyModel(nn.Module):
         temperature: torch.Tensor | float = 1.0,
         entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+        kwargs = {}
+        if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
+            cu, longest = document_bounds(position_ids)
+            kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+        out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
         weight = self.hf.get_output_embeddings().weight
         return chunked_logprobs(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy)
 
 
-def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None) -> nn.Module:
-    """A local HF model directory (or id), or a random init from ``config`` when given."""
+def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None, device: torch.device | None = None) -> nn.Module:
+    """A local HF model directory (or id), or a random init from ``config`` when given.
+    ``attn`` may be ``auto`` (see :func:`prl_trainer_torch.attention.resolve_attn`)."""
     from transformers import AutoModelForCausalLM
 
+    attn = resolve_attn(attn, device or torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if config is not None:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     else:
@@ -107,8 +115,9 @@ def decoder_layers(hf: nn.Module) -> list[nn.Module]:
 
 
 def compile_default(device: torch.device) -> bool:
-    """Compile decoder layers on GPU unless PRL_TRAINER_COMPILE=0 (kernel fusion cuts the
-    thousands of small elementwise launches of an eager transformer step)."""
+    """Compile decoder layers and the log-prob chunk kernels on GPU unless
+    PRL_TRAINER_COMPILE=0 (kernel fusion cuts the thousands of small elementwise launches
+    of an eager transformer step, and the passes over chunk x vocabulary logits)."""
     return device.type == "cuda" and os.environ.get("PRL_TRAINER_COMPILE", "1") != "0"
 
 
@@ -128,6 +137,7 @@ def parallelize(
     if compile if compile is not None else compile_default(dist.device):
         for layer in decoder_layers(hf):
             layer.compile()
+        compile_chunks()
     policy = PolicyModel(hf, chunk_size)
     if dist.world > 1:
         from torch.distributed.device_mesh import init_device_mesh

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
+from prl.cli.errors import print_error
+from prl.config.errors import ConfigError, DataError
 
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
@@ -74,9 +76,10 @@ class SFTRun:
         tokenizer = config.tokenizer.name or mcfg.name
         source = SampleSource(config.data, config.renderer, tokenizer, hf.config.vocab_size)
         self.loader = SFTLoader(source, config.data, self.dist.rank, self.dist.world)
+        self.labels = source.labels()
         self.total = config.max_steps or self.loader.steps_per_epoch()
         if self.total < 1:
-            raise ValueError("data: one epoch has fewer packed rows than data.batch_size; set max_steps or add data")
+            raise DataError("data: one epoch has fewer packed rows than data.batch_size; set max_steps or add data")
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total)
         self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
         self._resume()
@@ -107,9 +110,12 @@ class SFTRun:
 
     def _forward_nll(self, row) -> tuple[torch.Tensor, int]:
         dev = self.dist.device
-        ids, pos = row.input_ids.to(dev).unsqueeze(0), row.position_ids.to(dev).unsqueeze(0)
-        logp, _ = self.policy(ids, pos, row.targets.to(dev).unsqueeze(0))
-        mask = row.loss_mask.to(dev).unsqueeze(0)
+        # The row's padding trains nothing: drop it rather than run the model over it
+        # (rows go through one at a time, so their lengths need not match).
+        n = max(row.num_tokens, 1)
+        ids, pos = row.input_ids[:n].to(dev).unsqueeze(0), row.position_ids[:n].to(dev).unsqueeze(0)
+        logp, _ = self.policy(ids, pos, row.targets[:n].to(dev).unsqueeze(0))
+        mask = row.loss_mask[:n].to(dev).unsqueeze(0)
         return -(logp * mask).sum(), int(mask.sum())
 
     def train_step(self) -> dict[str, float]:
@@ -166,7 +172,18 @@ class SFTRun:
         }
         if self.peak:
             metrics["perf/mfu"] = flops / dt / (self.peak * self.dist.world)
+        metrics.update(self._mixture_metrics())
         return metrics
+
+    def _mixture_metrics(self) -> dict[str, float]:
+        """progress/<subset>/ratio_{samples,tokens}: each subset's share of everything
+        trained so far, when several subsets or splits are interleaved."""
+        out: dict[str, float] = {}
+        for kind, seen in (("samples", self.loader.seen_samples), ("tokens", self.loader.seen_tokens)):
+            total = max(sum(seen.values()), 1)
+            for i, label in enumerate(self.labels):
+                out[f"progress/{label}/ratio_{kind}"] = seen.get(i, 0) / total
+        return out
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -223,6 +240,7 @@ class SFTRun:
             log.info("step %d/%d %s gnorm %.3f", step, self.total, info, m["optim/grad_norm"])
 
     def close(self) -> None:
+        self.loader.close()
         self.bar.close()
         for m in self.monitors:
             m.close()
@@ -250,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m prl_trainer_torch.sft <resolved sft.json>", file=sys.stderr)
         return 2
     config = SFTConfig.model_validate_json(Path(args[0]).read_text())
-    return run(config)
+    try:
+        return run(config)
+    except ConfigError as exc:  # a bad dataset under torchrun: one line per rank, no traceback
+        print_error(exc.message, exc.title)
+        return 2
 
 
 if __name__ == "__main__":

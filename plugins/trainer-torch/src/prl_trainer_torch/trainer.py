@@ -19,7 +19,7 @@ from prl.contracts.trainer import Trainer, TrainerBackendConfig
 
 
 def torchrun_command(config_path: Path, nproc: int, log_dir: str | None, module: str = "prl_trainer_torch.sft") -> list[str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd = [sys.executable, "-m", "prl_trainer_torch.torchrun", "--standalone", f"--nproc-per-node={nproc}"]
     if log_dir:
         # --tee keeps the ranks' output on the console as well as in the per-rank files.
         cmd += ["--log-dir", str(Path(log_dir) / "trainer" / "torchrun"), "--redirects=3", "--tee=3"]
