@@ -94,9 +94,14 @@ def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Cl
     deadline = time.monotonic() + 60
     while generated_tokens(http) <= baseline and time.monotonic() < deadline:
         time.sleep(0.02)
+    # Freeze the request where it is (pause keeps in-flight requests): loading the weights
+    # takes longer than the rest of a 400-token request on a busy CPU, so without this
+    # the request could finish before the swap.
+    assert admin(http, "/pause", {}).status_code == 200
     resp = admin(http, "/update_weights", {"weight_dir": model_dir})
     assert resp.status_code == 200
     new = resp.json()["version"]
+    assert admin(http, "/resume", {}).status_code == 200
     worker.join(timeout=300)
     choice = result[0]["choices"][0]
     spans = choice["weight_versions"]
