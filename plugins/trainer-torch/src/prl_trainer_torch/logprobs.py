@@ -80,6 +80,9 @@ def _piece(t: torch.Tensor, sl: slice) -> torch.Tensor:
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
+    """(logp, entropy) of flattened tokens; the backward recomputes logits chunk by chunk
+    (module docstring). Saves only the inputs and two floats per token."""
+
     @staticmethod
     def forward(ctx, hidden, weight, targets, inv_temp, chunk_size):
         n = targets.shape[0]
