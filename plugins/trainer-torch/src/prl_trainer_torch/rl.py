@@ -34,6 +34,7 @@ import torch
 import torch.distributed as tdist
 
 from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.metrics import build_monitors, emit, peak_memory_gib
 from prl_trainer_torch.model import init_distributed, load_hf_model, parallelize, resolve_dtype
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
@@ -187,24 +188,14 @@ class RLRun:
 
 
 def run(config: Any) -> int:
-    """Run the RL trainer in this process (one rank); close on success and error paths."""
-    logging.basicConfig(level=getattr(logging, config.log.level.upper()), format="%(asctime)s %(levelname)s %(message)s")
-    run = RLRun(config)
-    try:
-        run.train()
-    finally:
-        run.close()
-    return 0
+    """Run the RL trainer in this process (one rank)."""
+    return run_here(RLRun, config)
 
 
 def main(argv: list[str] | None = None) -> int:
     from prl.config.components import TrainerConfig
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m prl_trainer_torch.rl <resolved trainer.json>", file=sys.stderr)
-        return 2
-    return run(TrainerConfig.model_validate_json(Path(args[0]).read_text()))
+    return rank_main(argv, "prl_trainer_torch.rl", "trainer.json", TrainerConfig, RLRun)
 
 
 if __name__ == "__main__":

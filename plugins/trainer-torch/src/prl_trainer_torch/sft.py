@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
-from prl.cli.errors import print_error
-from prl.config.errors import ConfigError, DataError
+from prl.config.errors import DataError
 
 from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
 from prl_trainer_torch.metrics import (
     Progress,
@@ -249,30 +249,14 @@ class SFTRun:
 
 
 def run(config: Any) -> int:
-    """Run SFT in this process (one rank); close on success and error paths."""
-    level = getattr(logging, config.log.level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
-    run = SFTRun(config)
-    try:
-        run.train()
-    finally:
-        run.close()
-    return 0
+    """Run SFT in this process (one rank)."""
+    return run_here(SFTRun, config)
 
 
 def main(argv: list[str] | None = None) -> int:
     from prl.config.roots import SFTConfig
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m prl_trainer_torch.sft <resolved sft.json>", file=sys.stderr)
-        return 2
-    config = SFTConfig.model_validate_json(Path(args[0]).read_text())
-    try:
-        return run(config)
-    except ConfigError as exc:  # a bad dataset under torchrun: one line per rank, no traceback
-        print_error(exc.message, exc.title)
-        return 2
+    return rank_main(argv, "prl_trainer_torch.sft", "sft.json", SFTConfig, SFTRun)
 
 
 if __name__ == "__main__":
