@@ -13,15 +13,14 @@ Metric over the rl tokens: ``is_clipped`` (fraction whose ratio was clipped).
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, ClassVar, Literal
 
 from prl.lazy import lazy_import
 
 torch = lazy_import("torch")  # registry loads must stay torch-free
-from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_common import log_ratio, masked_fraction, rl_mask, weights_or_ones, zero_where
-from pydantic import Field, model_validator
+from prl.contracts.loss import Loss, LossInputs, LossOutputs
+from prl_loss_common import RatioBandConfig, log_band, masked_fraction, rl_tokens, zero_where
+from pydantic import Field
 
 
 class CISPOLoss(Loss):
@@ -29,7 +28,7 @@ class CISPOLoss(Loss):
 
     type: ClassVar[str] = "cispo"
 
-    class Config(LossConfig):
+    class Config(RatioBandConfig):
         """``[trainer.loss] type = "cispo"``."""
 
         type: Literal["cispo"] = "cispo"
@@ -41,25 +40,15 @@ class CISPOLoss(Loss):
         adv_tau: float = 1.0
         """Multiplier on the advantage."""
 
-        @model_validator(mode="after")
-        def _band(self):
-            if self.ratio_low > self.ratio_high:
-                raise ValueError(
-                    f"ratio_low ({self.ratio_low}) must be <= ratio_high ({self.ratio_high})"
-                )
-            return self
-
     config: Config
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         cfg = self.config
         logp = inputs.trainer_logprobs
-        active = rl_mask(inputs.loss_mask, inputs.rl_weights)
-        weights = weights_or_ones(inputs.rl_weights, logp)
+        active, weights, log_r = rl_tokens(inputs)
         with torch.no_grad():
-            log_r = zero_where(active, log_ratio(logp, inputs.inference_logprobs)).detach()
-            high = math.log(cfg.ratio_high)
-            low = math.log(cfg.ratio_low) if cfg.ratio_low > 0 else -math.inf
+            log_r = log_r.detach()
+            low, high = log_band(cfg.ratio_low, cfg.ratio_high)
             coef = log_r.clamp(min=low, max=high).exp()
             clipped = (log_r > high) | (log_r < low)
         advantage = cfg.adv_tau * inputs.advantages.detach()

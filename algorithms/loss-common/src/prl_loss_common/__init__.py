@@ -7,6 +7,7 @@ trainer combines that rl loss with the fixed ce and ref_kl components of
 """
 
 from prl_loss_common.components import ce_loss, ref_kl_loss
+from prl_loss_common.config import RatioBandConfig
 from prl_loss_common.normalise import (
     ComponentSums,
     Scales,
@@ -18,17 +19,21 @@ from prl_loss_common.normalise import (
 from prl_loss_common.ratios import (
     abs_prob_diff,
     capped_ratio,
+    log_band,
     log_ratio,
     masked_mean,
     masked_fraction,
     mismatch_kl,
+    mismatch_metrics,
     rl_mask,
+    rl_tokens,
     weights_or_ones,
     zero_where,
 )
 
 __all__ = [
     "ComponentSums",
+    "RatioBandConfig",
     "Scales",
     "abs_prob_diff",
     "capped_ratio",
@@ -36,13 +41,16 @@ __all__ = [
     "component_losses",
     "global_scales",
     "local_scales",
+    "log_band",
     "log_ratio",
     "masked_fraction",
     "masked_mean",
     "mismatch_kl",
+    "mismatch_metrics",
     "normalise",
     "ref_kl_loss",
     "rl_mask",
+    "rl_tokens",
     "weights_or_ones",
     "zero_where",
 ]

@@ -17,7 +17,7 @@ at 60 so an extreme token gives a large finite number rather than inf.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import math
 
@@ -87,3 +87,29 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 def masked_fraction(flags: Tensor, mask: Tensor) -> Tensor:
     """Fraction of ``mask`` tokens whose flag is set (0 when the mask is empty)."""
     return masked_mean(flags.float(), mask)
+
+
+def rl_tokens(inputs: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """The common start of every policy loss, from its ``LossInputs``: the rl tokens, their
+    weights (1 where the stream is absent) and ℓ, zeroed off the rl tokens so padding
+    (logprob −inf) cannot turn into NaN gradients."""
+    logp = inputs.trainer_logprobs
+    active = rl_mask(inputs.loss_mask, inputs.rl_weights)
+    weights = weights_or_ones(inputs.rl_weights, logp)
+    return active, weights, zero_where(active, log_ratio(logp, inputs.inference_logprobs))
+
+
+def log_band(ratio_low: float, ratio_high: float) -> tuple[float, float]:
+    """(log ratio_low, log ratio_high) of a ratio band; ``ratio_low = 0`` is no lower edge."""
+    return (math.log(ratio_low) if ratio_low > 0 else -math.inf), math.log(ratio_high)
+
+
+def mismatch_metrics(log_r: Tensor, dropped: Tensor, keep: Tensor, active: Tensor) -> dict[str, Tensor]:
+    """``is_masked`` (fraction of rl tokens dropped) and the mean mismatch KL over the
+    dropped and the kept tokens, for losses that drop tokens from a trust region."""
+    kl = mismatch_kl(log_r)
+    return {
+        "is_masked": masked_fraction(dropped, active),
+        "masked_mismatch_kl": masked_mean(kl, dropped),
+        "unmasked_mismatch_kl": masked_mean(kl, keep),
+    }

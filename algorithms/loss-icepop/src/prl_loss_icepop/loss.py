@@ -14,23 +14,14 @@ Metrics over the rl tokens: ``is_masked`` (fraction outside the band),
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, ClassVar, Literal
 
 from prl.lazy import lazy_import
 
 torch = lazy_import("torch")  # registry loads must stay torch-free
-from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_common import (
-    log_ratio,
-    masked_fraction,
-    masked_mean,
-    mismatch_kl,
-    rl_mask,
-    weights_or_ones,
-    zero_where,
-)
-from pydantic import Field, model_validator
+from prl.contracts.loss import Loss, LossInputs, LossOutputs
+from prl_loss_common import RatioBandConfig, log_band, mismatch_metrics, rl_tokens, zero_where
+from pydantic import Field
 
 
 class IcePopLoss(Loss):
@@ -38,7 +29,7 @@ class IcePopLoss(Loss):
 
     type: ClassVar[str] = "icepop"
 
-    class Config(LossConfig):
+    class Config(RatioBandConfig):
         """``[trainer.loss] type = "icepop"``."""
 
         type: Literal["icepop"] = "icepop"
@@ -50,34 +41,17 @@ class IcePopLoss(Loss):
         adv_tau: float = 1.0
         """Multiplier on the advantage."""
 
-        @model_validator(mode="after")
-        def _band(self):
-            if self.ratio_low > self.ratio_high:
-                raise ValueError(
-                    f"ratio_low ({self.ratio_low}) must be <= ratio_high ({self.ratio_high})"
-                )
-            return self
-
     config: Config
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         cfg = self.config
-        logp = inputs.trainer_logprobs
-        active = rl_mask(inputs.loss_mask, inputs.rl_weights)
-        weights = weights_or_ones(inputs.rl_weights, logp)
-        log_r = zero_where(active, log_ratio(logp, inputs.inference_logprobs))
+        active, weights, log_r = rl_tokens(inputs)
         with torch.no_grad():
-            low = math.log(cfg.ratio_low) if cfg.ratio_low > 0 else -math.inf
-            outside = (log_r < low) | (log_r > math.log(cfg.ratio_high))
+            low, high = log_band(cfg.ratio_low, cfg.ratio_high)
+            outside = (log_r < low) | (log_r > high)
             dropped = active & outside
             keep = active & ~outside
         ratio = torch.exp(zero_where(keep, log_r))
         advantage = cfg.adv_tau * inputs.advantages.detach()
         per_token = zero_where(keep, -weights * advantage * ratio)
-        kl = mismatch_kl(log_r)
-        metrics = {
-            "is_masked": masked_fraction(dropped, active),
-            "masked_mismatch_kl": masked_mean(kl, dropped),
-            "unmasked_mismatch_kl": masked_mean(kl, keep),
-        }
-        return LossOutputs(loss=per_token, metrics=metrics)
+        return LossOutputs(loss=per_token, metrics=mismatch_metrics(log_r, dropped, keep, active))

@@ -38,17 +38,7 @@ torch = lazy_import("torch")  # registry loads must stay torch-free
 if TYPE_CHECKING:
     from torch import Tensor
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_common import (
-    abs_prob_diff,
-    capped_ratio,
-    log_ratio,
-    masked_fraction,
-    masked_mean,
-    mismatch_kl,
-    rl_mask,
-    weights_or_ones,
-    zero_where,
-)
+from prl_loss_common import abs_prob_diff, capped_ratio, mismatch_metrics, rl_tokens, zero_where
 from pydantic import Field
 
 
@@ -75,26 +65,16 @@ class IPOLoss(Loss):
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         cfg = self.config
-        logp = inputs.trainer_logprobs
-        active = rl_mask(inputs.loss_mask, inputs.rl_weights)
-        weights = weights_or_ones(inputs.rl_weights, logp)
-        # zeroed off the rl tokens so padding (logprob -inf) cannot turn into NaN gradients
-        log_r = zero_where(active, log_ratio(logp, inputs.inference_logprobs))
+        active, weights, log_r = rl_tokens(inputs)
         with torch.no_grad():
-            dropped = active & (abs_prob_diff(logp, inputs.inference_logprobs) > cfg.eps)
+            dropped = active & (abs_prob_diff(inputs.trainer_logprobs, inputs.inference_logprobs) > cfg.eps)
             keep = active & ~dropped
         ratio = capped_ratio(zero_where(keep, log_r), cfg.max_importance_ratio)
         advantage = cfg.adv_tau * inputs.advantages.detach()
         per_token = zero_where(keep, -weights * advantage * ratio)
         if cfg.score_centering:
             per_token = per_token + zero_where(active, weights * advantage * self._expected_score(inputs))
-        kl = mismatch_kl(log_r)
-        metrics = {
-            "is_masked": masked_fraction(dropped, active),
-            "masked_mismatch_kl": masked_mean(kl, dropped),
-            "unmasked_mismatch_kl": masked_mean(kl, keep),
-        }
-        return LossOutputs(loss=per_token, metrics=metrics)
+        return LossOutputs(loss=per_token, metrics=mismatch_metrics(log_r, dropped, keep, active))
 
     def _expected_score(self, inputs: LossInputs) -> Tensor:
         """Per token Σ_v sg(q(v) · c(v)) · log p(v) over the sampling mask."""

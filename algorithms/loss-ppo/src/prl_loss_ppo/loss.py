@@ -23,14 +23,7 @@ from prl.lazy import lazy_import
 
 torch = lazy_import("torch")  # registry loads must stay torch-free
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_common import (
-    capped_ratio,
-    log_ratio,
-    masked_fraction,
-    rl_mask,
-    weights_or_ones,
-    zero_where,
-)
+from prl_loss_common import capped_ratio, masked_fraction, rl_tokens, zero_where
 from pydantic import Field, model_validator
 
 
@@ -66,10 +59,7 @@ class PPOLoss(Loss):
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         cfg = self.config
-        logp = inputs.trainer_logprobs
-        active = rl_mask(inputs.loss_mask, inputs.rl_weights)
-        weights = weights_or_ones(inputs.rl_weights, logp)
-        log_r = zero_where(active, log_ratio(logp, inputs.inference_logprobs))
+        active, weights, log_r = rl_tokens(inputs)
         ratio = capped_ratio(log_r, cfg.max_importance_ratio)
         advantage = cfg.adv_tau * inputs.advantages.detach()
         surrogate = torch.minimum(advantage * ratio, advantage * ratio.clamp(cfg.ratio_low, cfg.ratio_high))
