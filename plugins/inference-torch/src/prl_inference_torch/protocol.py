@@ -1,48 +1,21 @@
-"""Request parsing and validation shared by the HTTP routes.
+"""Request parsing and validation of this backend's HTTP routes.
 
-Requests follow the OpenAI schemas (plus vLLM's extensions: ``top_k``, ``stop_token_ids``,
-``ignore_eos``, ``return_token_ids``, ``prompt_logprobs``) and, for token-in/token-out,
-vLLM's ``/inference/v1/generate`` schema: ``{"token_ids": [...], "sampling_params": {...}}``.
-Unknown fields are ignored as an OpenAI server would; values out of range are a 400.
+The shared request models and error reply are core's :mod:`prl.contracts.http`; this adds
+the chat, completion and token-in/token-out bodies (vLLM's ``/inference/v1/generate``
+schema: ``{"token_ids": [...], "sampling_params": {...}}``) and the checks of sampling
+values against the model's context.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from prl.contracts.http import ApiError, OpenModel, SamplingFields
+from pydantic import Field
 
 from prl_inference_torch.engine import GenParams
 
 MAX_TOP_LOGPROBS = 20
-
-
-class ApiError(Exception):
-    """An error answered as ``{"error": {"message", "type", "code"}}`` with HTTP ``status``."""
-
-    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.message, self.status, self.kind = message, status, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": None, "code": self.status}}
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class SamplingFields(_Open):
-    n: int = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    ignore_eos: bool = False
-    prompt_logprobs: int | None = None
 
 
 class ChatRequest(SamplingFields):
@@ -74,21 +47,11 @@ class GenerateSampling(SamplingFields):
     logprobs: int | None = None
 
 
-class GenerateRequest(_Open):
+class GenerateRequest(OpenModel):
     token_ids: list[int] = Field(min_length=1)
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     model: str | None = None
     stream: bool = False
-
-
-class UpdateWeightsRequest(_Open):
-    weight_dir: str | None = None
-    version: int | None = None
-
-
-class LoraRequest(_Open):
-    lora_name: str = Field(min_length=1)
-    lora_path: str = Field(min_length=1)
 
 
 def gen_params(fields: SamplingFields, prompt_len: int, max_model_len: int, *, logprobs: int | None,

@@ -22,21 +22,13 @@ from typing import Any, AsyncIterator
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
 from starlette.exceptions import HTTPException
 
 from prl_inference_torch import openai as fmt
 from prl_inference_torch.engine import Engine, GenParams
 from prl_inference_torch.engine import Request as EngineRequest
-from prl_inference_torch.protocol import (
-    ApiError,
-    ChatRequest,
-    CompletionRequest,
-    GenerateRequest,
-    LoraRequest,
-    UpdateWeightsRequest,
-    check_token_ids,
-    gen_params,
-)
+from prl_inference_torch.protocol import ChatRequest, CompletionRequest, GenerateRequest, check_token_ids, gen_params
 from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, read_lora, read_weights
 
 

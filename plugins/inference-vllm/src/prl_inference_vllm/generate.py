@@ -19,45 +19,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from prl.contracts.http import ApiError, OpenModel, SamplingFields
+from pydantic import Field
 
 
-class ApiError(Exception):
-    """An error answered as ``{"error": {"message", "type", "param", "code"}}`` with ``status``."""
-
-    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.message, self.status, self.kind = message, status, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": None, "code": self.status}}
 
 
-class _Open(BaseModel):
-    # Unknown fields are ignored, as an OpenAI-style server does.
-    model_config = ConfigDict(extra="allow")
-
-
-class GenerateSampling(_Open):
-    n: int = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+class GenerateSampling(SamplingFields):
     min_p: float | None = None
-    max_tokens: int | None = None
     min_tokens: int = 0
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    ignore_eos: bool = False
     logprobs: int | None = None
-    prompt_logprobs: int | None = None
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
 
 
-class GenerateRequest(_Open):
+class GenerateRequest(OpenModel):
     token_ids: list[int] = Field(min_length=1)
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     model: str | None = None

@@ -31,9 +31,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, ValidationError
+from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
+from pydantic import BaseModel, ValidationError
 
-from prl_inference_vllm.generate import ApiError, GenerateRequest, generate_body, new_request_id, sampling_params
+from prl_inference_vllm.generate import GenerateRequest, generate_body, new_request_id, sampling_params
 from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir
 
 log = logging.getLogger("prl_inference_vllm")
@@ -53,20 +54,6 @@ class PrlState:
     version: int = 0
     paused: bool = False
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class UpdateWeightsRequest(_Open):
-    weight_dir: str | None = None
-    version: int | None = None
-
-
-class LoraRequest(_Open):
-    lora_name: str
-    lora_path: str
 
 
 def install(app: FastAPI, state: PrlState) -> None:
