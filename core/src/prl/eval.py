@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from prl.config.roots import EvalConfig
+from prl.contracts.monitor import build_monitors
 from prl.fsutil import write_atomic
+from prl.orchestrator.evals import eval_sampling
 from prl.types import Sampling, Trace
 
 log = logging.getLogger("prl.eval")
@@ -198,31 +200,6 @@ class _SourceRun:
     failure: str | None = None
 
 
-def source_sampling(config: EvalConfig, source: Any) -> Sampling:
-    """Top-level [sampling] overlaid by the source's; unset fields keep Sampling defaults."""
-    merged = {**config.sampling.model_dump(exclude_none=True), **source.sampling.model_dump(exclude_none=True)}
-    return Sampling(
-        temperature=merged.get("temperature", 1.0),
-        top_p=merged.get("top_p", 1.0),
-        top_k=merged.get("top_k"),
-        max_tokens=merged.get("max_completion_tokens"),
-        seed=merged.get("seed"),
-    )
-
-
-def build_monitors(config: EvalConfig, run_dir: Path) -> list:
-    from prl.plugins import get_registry
-
-    monitors = []
-    for key in type(config.monitors).model_fields:
-        cfg = getattr(config.monitors, key, None)
-        if cfg is None or getattr(cfg, "enabled", True) is False:
-            continue
-        cls = get_registry().get("monitors", key)
-        monitors.append(cls(cfg, run_dir, producer="eval", run_name=config.run.name or ""))
-    return monitors
-
-
 def _attempt_config_dir(run_dir: Path) -> Path | None:
     env = os.environ.get("PRL_ATTEMPT_CONFIG_DIR")
     if env:
@@ -313,7 +290,7 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
     loaded = progress.load(config, run_dir)
     if loaded is not None:
         console.print(f"Resuming eval from {loaded} ({progress.cursor} groups done)")
-    monitors = build_monitors(config, run_dir)
+    monitors = build_monitors(config, run_dir, "eval")
     client, renderer = build_client(config), build_renderer(config)
     runs: list[_SourceRun] = []
     attempt = _attempt_config_dir(run_dir)
@@ -322,7 +299,7 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
             if source.select.limit is None and config.num_examples is not None:
                 source = source.model_copy(update={"select": source.select.model_copy(update={"limit": config.num_examples})})
             env = EnvSource(source, "eval", run_dir, attempt_config_dir=attempt)
-            runs.append(_SourceRun(env, source.name, source.group_size or config.group_size, source_sampling(config, source), []))
+            runs.append(_SourceRun(env, source.name, source.group_size or config.group_size, eval_sampling(config, source), []))
             try:
                 await env.start()
                 runs[-1].tasks = env.tasks()

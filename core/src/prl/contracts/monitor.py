@@ -34,3 +34,21 @@ class Monitor(ABC):
 
     def close(self) -> None:
         """Flush and release resources; called on success and error paths."""
+
+
+def build_monitors(config: Any, run_dir: Path, producer: str) -> list[Monitor]:
+    """One monitor per enabled ``[monitors.<key>]`` section of a component's ``config``
+    (none when it has no monitors section), writing as ``producer``."""
+    from prl.plugins import get_registry
+
+    section = getattr(config, "monitors", None)
+    if section is None:
+        return []
+    run_name = getattr(getattr(config, "run", None), "name", None) or ""
+    monitors = []
+    for key in type(section).model_fields:
+        cfg = getattr(section, key)
+        if cfg is not None:
+            cls = get_registry().get("monitors", key)
+            monitors.append(cls(cfg, run_dir, producer=producer, run_name=run_name))
+    return monitors

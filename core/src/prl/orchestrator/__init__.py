@@ -67,14 +67,14 @@ def build_evaluator(config: Any, run_dir: Path, client: Any, renderer: Any, moni
 def run_orchestrator(config: Any, run_dir: Path) -> int:
     """Run the orchestrator of ``config`` in ``run_dir``; returns the exit code."""
     from prl.orchestrator.loop import Orchestrator
-    from prl.orchestrator.metrics import build_monitors
+    from prl.contracts.monitor import build_monitors
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    client, renderer, monitors = build_client(config), build_renderer(config), build_monitors(config, run_dir)
+    client, renderer, monitors = build_client(config), build_renderer(config), build_monitors(config, run_dir, "orch")
     orchestrator = Orchestrator(
         config,
         run_dir,

@@ -24,6 +24,8 @@ log = logging.getLogger("prl.orchestrator")
 
 
 def eval_sampling(group: Any, source: Any) -> Sampling:
+    """The group's ``[sampling]`` overlaid by the source's; unset fields keep Sampling's
+    defaults. ``prl eval`` uses it too, with the eval config as the group."""
     merged = {**group.sampling.model_dump(exclude_none=True), **source.sampling.model_dump(exclude_none=True)}
     return Sampling(
         temperature=merged.get("temperature", 1.0),

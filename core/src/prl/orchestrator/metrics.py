@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 from prl.orchestrator.samples import is_empty
@@ -61,24 +60,6 @@ def console_line(step: int, m: dict[str, float]) -> str:
         f"Version {int(m.get('progress/policy_version', 0))}",
     ]
     return " | ".join(parts)
-
-
-def build_monitors(config: Any, run_dir: Path, producer: str = "orch") -> list:
-    """One monitor per enabled ``[monitors.<key>]`` section."""
-    from prl.plugins import get_registry
-
-    section = getattr(config, "monitors", None)
-    if section is None:
-        return []
-    run_name = getattr(getattr(config, "run", None), "name", None) or ""
-    monitors = []
-    for key in type(section).model_fields:
-        cfg = getattr(section, key)
-        if cfg is None:
-            continue
-        cls = get_registry().get("monitors", key)
-        monitors.append(cls(cfg, run_dir, producer=producer, run_name=run_name))
-    return monitors
 
 
 def finite(metrics: dict[str, float]) -> dict[str, float]:

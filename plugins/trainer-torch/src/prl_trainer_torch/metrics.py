@@ -1,4 +1,4 @@
-"""Metric sinks, throughput/MFU accounting and the console progress bar.
+"""Throughput/MFU accounting, metric emission and the console progress bar.
 
 Model FLOPs per trained token follow the usual estimate: 6 N for the matmuls of N
 non-embedding parameters (forward 2 N, backward 4 N) plus causal attention, which for a
@@ -11,8 +11,6 @@ MFU = achieved model FLOP/s / (peak bf16 dense FLOP/s of the device x world size
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -20,23 +18,6 @@ log = logging.getLogger("prl.trainer")
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment.
 PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12, "4090": 165e12}
-
-
-def build_monitors(config: Any, run_dir: Path, run_name: str) -> list:
-    """Every enabled ``[monitors.<key>]`` section as a monitor of the ``trainer`` producer."""
-    from prl.plugins import get_registry
-
-    section = getattr(config, "monitors", None)
-    if section is None:
-        return []
-    monitors = []
-    for key in type(section).model_fields:
-        cfg = getattr(section, key)
-        if cfg is None:
-            continue
-        cls = get_registry().get("monitors", key)
-        monitors.append(cls(cfg, run_dir, producer="trainer", run_name=run_name))
-    return monitors
 
 
 def peak_flops(device: torch.device) -> float | None:

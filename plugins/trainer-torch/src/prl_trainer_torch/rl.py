@@ -32,10 +32,11 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
+from prl.contracts.monitor import build_monitors
 
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
-from prl_trainer_torch.metrics import build_monitors, emit, peak_memory_gib
+from prl_trainer_torch.metrics import emit, peak_memory_gib
 from prl_trainer_torch.model import init_distributed, load_hf_model, parallelize, resolve_dtype
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
@@ -88,7 +89,7 @@ class RLRun:
         registry = get_registry()
         self.loss_fn = registry.get("losses", config.loss.type)(config.loss)
         self.transport = registry.get("weight_transports", config.weight_broadcast.type)(config.weight_broadcast, self.run_dir)
-        self.monitors = build_monitors(config, self.run_dir, config.run.name or "") if self.dist.is_main else []
+        self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
 
     def _resume(self) -> None:
         step_dir = rl_resume_dir(self.config, self.ckpt_root)

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 from prl.config.errors import DataError
+from prl.contracts.monitor import build_monitors
 
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
 from prl_trainer_torch.metrics import (
     Progress,
-    build_monitors,
     doc_lengths,
     emit,
     model_flops,
@@ -85,7 +85,7 @@ class SFTRun:
         self._resume()
         self.val = self._val_rows(tokenizer, hf.config.vocab_size) if config.val is not None else None
         main = self.dist.is_main
-        self.monitors = build_monitors(config, self.run_dir, config.run.name or "") if main else []
+        self.monitors = build_monitors(config, self.run_dir, "trainer") if main else []
         self.bar = Progress(main and sys.stderr.isatty(), self.total, self.progress["step"])
         self.peak = peak_flops(self.dist.device)
 
