@@ -57,3 +57,19 @@ def announce(sock: socket.socket, ready: str | os.PathLike | None) -> str:
     if ready:
         write_atomic(ready, url + "\n")
     return url
+
+
+def serve_main(argv: list[str] | None, module: str, backend_cls: Any) -> int:
+    """``python -m <module> <resolved inference.json>``: serve one resolved config with
+    ``backend_cls`` until stopped."""
+    import sys
+    from pathlib import Path
+
+    from prl.config.components import InferenceConfig
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(f"usage: python -m {module} <resolved inference.json>", file=sys.stderr)
+        return 2
+    backend_cls(InferenceConfig.model_validate_json(Path(args[0]).read_text())).serve()
+    return 0

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from prl.contracts import InferenceBackend, InferenceBackendConfig
-from prl.serving import admin_api_key, announce, bind, ready_file
+from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
 
 log = logging.getLogger("prl_inference_torch")
 
@@ -83,12 +82,5 @@ def _run_uvicorn(state, sock: socket.socket, cfg) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m prl_inference_torch <resolved inference.json>``: serve one resolved config."""
-    from prl.config.components import InferenceConfig
+    return serve_main(argv, "prl_inference_torch", TorchBackend)
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m prl_inference_torch <resolved inference.json>", file=sys.stderr)
-        return 2
-    cfg = InferenceConfig.model_validate_json(Path(args[0]).read_text())
-    TorchBackend(cfg).serve()
-    return 0

@@ -17,12 +17,11 @@ import json
 import logging
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 from prl.contracts import InferenceBackend
-from prl.serving import admin_api_key, announce, bind, ready_file
+from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
 
 from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
@@ -131,12 +130,5 @@ async def _announce(app: Any, sock: socket.socket, ready: str | os.PathLike | No
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m prl_inference_vllm <resolved inference.json>``: serve one resolved config."""
-    from prl.config.components import InferenceConfig
+    return serve_main(argv, "prl_inference_vllm", VllmBackend)
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m prl_inference_vllm <resolved inference.json>", file=sys.stderr)
-        return 2
-    cfg = InferenceConfig.model_validate_json(Path(args[0]).read_text())
-    VllmBackend(cfg).serve()
-    return 0
