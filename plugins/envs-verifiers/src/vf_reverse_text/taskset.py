@@ -8,25 +8,13 @@ from pathlib import Path
 from typing import Literal
 
 import verifiers.v1 as vf
+from prl.scoring import lcs_ratio
 
 SYSTEM = "Reverse the user's text character by character. Reply with the reversed text only."
 _WORDS = (
     "amber bridge cactus dolphin ember falcon glacier harbor island jungle kettle lantern "
     "meadow nickel orbit pepper quartz raven silver tunnel umbrella velvet willow yellow"
 ).split()
-
-
-def lcs_ratio(a: str, b: str) -> float:
-    """2·LCS(a, b) / (|a| + |b|); 1.0 for two empty strings."""
-    if not a and not b:
-        return 1.0
-    prev = [0] * (len(b) + 1)
-    for ca in a:
-        cur = [0]
-        for j, cb in enumerate(b, start=1):
-            cur.append(prev[j - 1] + 1 if ca == cb else max(prev[j], cur[j - 1]))
-        prev = cur
-    return 2.0 * prev[-1] / (len(a) + len(b))
 
 
 class ReverseTextData(vf.TaskData):
