@@ -50,10 +50,10 @@ class PackedRow:
     position_ids: torch.Tensor
     num_samples: int
     num_tokens: int
-    subsets: tuple[int, ...] = ()
+    subsets: tuple[int, ...]
     """Per sample: which interleaved subset it came from."""
-    lengths: tuple[int, ...] = ()
-    """Per sample: its tokens in this row."""
+    lengths: tuple[int, ...]
+    """Per sample: its tokens in this row (the documents the model sees)."""
 
 
 def load_dataset_rows(data_cfg: Any):

@@ -33,13 +33,6 @@ def model_flops(n_params: int, layers: int, hidden: int, doc_lengths: list[int])
     return 6.0 * n_params * tokens + 6.0 * layers * hidden * sum(n * n for n in doc_lengths)
 
 
-def doc_lengths(position_ids: torch.Tensor) -> list[int]:
-    """Lengths of the position runs (documents) of a packed row."""
-    pos = position_ids.reshape(-1)
-    starts = torch.nonzero(pos == 0).flatten().tolist() + [pos.numel()]
-    return [b - a for a, b in zip(starts[:-1], starts[1:]) if b > a]
-
-
 def peak_memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30

@@ -93,12 +93,12 @@ class PolicyModel(nn.Module):
         return chunked_logprobs(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy)
 
 
-def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None, device: torch.device | None = None) -> nn.Module:
+def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None) -> nn.Module:
     """A local HF model directory (or id), or a random init from ``config`` when given.
     ``attn`` may be ``auto`` (see :func:`prl_trainer_torch.attention.resolve_attn`)."""
     from transformers import AutoModelForCausalLM
 
-    attn = resolve_attn(attn, device or torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    attn = resolve_attn(attn, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if config is not None:
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     else:

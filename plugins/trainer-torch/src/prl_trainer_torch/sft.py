@@ -28,7 +28,6 @@ from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
 from prl_trainer_torch.metrics import (
     Progress,
-    doc_lengths,
     emit,
     model_flops,
     peak_flops,
@@ -153,7 +152,7 @@ class SFTRun:
     def _step_metrics(self, batch, loss: float, grad_norm: float, lr: float, nans: float, times) -> dict[str, float]:
         t0, t1, t2 = times
         dt = t2 - t0
-        docs = [n for r in batch.rows for n in doc_lengths(r.position_ids[: r.num_tokens])]
+        docs = [n for r in batch.rows for n in r.lengths]
         flops = _all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)[0]
         metrics = {
             "loss/mean": loss,
