@@ -7,7 +7,7 @@ STAMP := $(VENV)/.prl-heavy-deps
 MEMBERS := $(shell ls -d core plugins/*/ algorithms/*/ renderers/*/ monitors/*/ launchers/*/ 2>/dev/null | xargs -n1 -I{} sh -c 'test -f {}/pyproject.toml && echo {}')
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo clean-venv
+.PHONY: setup lint test demo clean-venv
 
 # Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
 # then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
@@ -25,7 +25,11 @@ $(STAMP): requirements-dev.txt
 	$(PIP) install -q -r requirements-dev.txt
 	touch $(STAMP)
 
-test: setup
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 demo: setup

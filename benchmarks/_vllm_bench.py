@@ -33,16 +33,25 @@ from pathlib import Path
 class VllmServer:
     """One ``prl_inference_vllm`` process on a free loopback port."""
 
-    def __init__(self, model_dir: str, max_model_len: int = 1024, max_num_seqs: int = 64,
-                 start_timeout: float = 900.0) -> None:
+    def __init__(
+        self, model_dir: str, max_model_len: int = 1024, max_num_seqs: int = 64, start_timeout: float = 900.0
+    ) -> None:
         self.model_dir = str(model_dir)
         self._dir = Path(tempfile.mkdtemp(prefix="prl-vllm-bench-"))
         ready = self._dir / "ready.txt"
         cfg = {
-            "model": {"name": self.model_dir}, "server": {"host": "127.0.0.1", "port": 0},
-            "max_model_len": max_model_len, "log": {"level": "warning"},
-            "backend": {"type": "vllm", "dtype": "float32", "gpu_memory_utilization": 0.3, "enforce_eager": True,
-                        "max_num_seqs": max_num_seqs, "ready_file": str(ready)},
+            "model": {"name": self.model_dir},
+            "server": {"host": "127.0.0.1", "port": 0},
+            "max_model_len": max_model_len,
+            "log": {"level": "warning"},
+            "backend": {
+                "type": "vllm",
+                "dtype": "float32",
+                "gpu_memory_utilization": 0.3,
+                "enforce_eager": True,
+                "max_num_seqs": max_num_seqs,
+                "ready_file": str(ready),
+            },
         }
         (self._dir / "inference.json").write_text(json.dumps(cfg))
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
@@ -71,8 +80,9 @@ class VllmServer:
             shutil.rmtree(self._dir, ignore_errors=True)
 
 
-async def _closed_loop(url: str, model: str, prompts: list[list[int]], budgets: list[int],
-                       concurrency: int) -> tuple[int, float]:
+async def _closed_loop(
+    url: str, model: str, prompts: list[list[int]], budgets: list[int], concurrency: int
+) -> tuple[int, float]:
     import httpx
 
     queue = list(range(len(prompts)))
@@ -82,10 +92,14 @@ async def _closed_loop(url: str, model: str, prompts: list[list[int]], budgets: 
         nonlocal produced
         while queue:
             i = queue.pop()
-            resp = await http.post("/inference/v1/generate", json={
-                "token_ids": prompts[i], "model": model,
-                "sampling_params": {"max_tokens": budgets[i], "temperature": 0.0, "ignore_eos": True},
-            })
+            resp = await http.post(
+                "/inference/v1/generate",
+                json={
+                    "token_ids": prompts[i],
+                    "model": model,
+                    "sampling_params": {"max_tokens": budgets[i], "temperature": 0.0, "ignore_eos": True},
+                },
+            )
             resp.raise_for_status()
             produced += sum(len(c["token_ids"]) for c in resp.json()["choices"])
 
@@ -100,13 +114,15 @@ def _budgets(prompts: list[list[int]], max_tokens: int | list[int]) -> list[int]
     return list(max_tokens) if isinstance(max_tokens, (list, tuple)) else [int(max_tokens)] * len(prompts)
 
 
-def measure_vllm(model_dir: str, prompts: list[list[int]], concurrency: int,
-                 max_tokens: int | list[int]) -> dict[str, float]:
+def measure_vllm(
+    model_dir: str, prompts: list[list[int]], concurrency: int, max_tokens: int | list[int]
+) -> dict[str, float]:
     """Start the server, run the closed loop, stop the server; tokens/s and timings."""
     server = VllmServer(model_dir)
     try:
-        tokens, seconds = asyncio.run(_closed_loop(server.url, server.model_dir, prompts,
-                                                   _budgets(prompts, max_tokens), concurrency))
+        tokens, seconds = asyncio.run(
+            _closed_loop(server.url, server.model_dir, prompts, _budgets(prompts, max_tokens), concurrency)
+        )
     finally:
         server.stop()
     return {"tokens_per_s": tokens / seconds, "tokens": tokens, "seconds": seconds, "startup_s": server.startup_s}
@@ -122,8 +138,9 @@ def run(model_dir: str, prompts: list[list[int]], max_tokens: int | list[int], c
         _SERVERS[key] = VllmServer(key)
         atexit.register(_SERVERS[key].stop)
     server = _SERVERS[key]
-    tokens, seconds = asyncio.run(_closed_loop(server.url, server.model_dir, prompts,
-                                               _budgets(prompts, max_tokens), concurrency))
+    tokens, seconds = asyncio.run(
+        _closed_loop(server.url, server.model_dir, prompts, _budgets(prompts, max_tokens), concurrency)
+    )
     return tokens / seconds
 
 
@@ -142,14 +159,17 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    prompts = [tok.encode(f"benchmark prompt number {i} " + "abc " * (i % 7), add_special_tokens=False)
-               for i in range(args.requests)]
+    prompts = [
+        tok.encode(f"benchmark prompt number {i} " + "abc " * (i % 7), add_special_tokens=False)
+        for i in range(args.requests)
+    ]
     server = VllmServer(model_dir)
     print(f"model {model_dir}: server ready after {server.startup_s:.1f} s")
     try:
         for c in [int(x) for x in args.levels.split(",")]:
-            tokens, seconds = asyncio.run(_closed_loop(server.url, server.model_dir, prompts,
-                                                       _budgets(prompts, args.max_tokens), c))
+            tokens, seconds = asyncio.run(
+                _closed_loop(server.url, server.model_dir, prompts, _budgets(prompts, args.max_tokens), c)
+            )
             print(f"concurrency {c:>3}: {tokens} tokens in {seconds:.2f} s = {tokens / seconds:.1f} tokens/s")
     finally:
         server.stop()

@@ -44,16 +44,17 @@ def workload(tokenizer, n: int, seed: int = 0) -> tuple[list[list[int]], list[in
 
     rng = random.Random(seed)
     words = ["alpha", "beta", "gamma", "delta", "reverse", "this", "text", "please", "sort", "letters"]
-    prompts = [tokenizer.encode(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))),
-                                add_special_tokens=False) for _ in range(n)]
+    prompts = [
+        tokenizer.encode(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))), add_special_tokens=False)
+        for _ in range(n)
+    ]
     return prompts, [rng.choice([16, 32, 48, 64]) for _ in range(n)]
 
 
 def bench_engine(model_dir: str, tokenizer, prompts, budgets, concurrency: int) -> float:
-    from transformers import AutoModelForCausalLM
-
     from prl_inference_torch.attention import register
     from prl_inference_torch.engine import Engine, GenParams, Request
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=register()).eval()
     engine = Engine(model, tokenizer, max_model_len=2048, eos_ids=set(), max_batch_size=max(64, concurrency))
@@ -87,9 +88,10 @@ def bench_engine(model_dir: str, tokenizer, prompts, budgets, concurrency: int) 
 def bench_hf_sequential(model, prompts, budgets) -> float:
     start = time.perf_counter()
     produced = 0
-    for p, b in zip(prompts, budgets):
-        out = model.generate(torch.tensor([p]), max_new_tokens=b, min_new_tokens=b, do_sample=False,
-                             pad_token_id=0, eos_token_id=None)
+    for p, b in zip(prompts, budgets, strict=False):
+        out = model.generate(
+            torch.tensor([p]), max_new_tokens=b, min_new_tokens=b, do_sample=False, pad_token_id=0, eos_token_id=None
+        )
         produced += out.shape[1] - len(p)
     return produced / (time.perf_counter() - start)
 
@@ -98,12 +100,19 @@ def bench_hf_batched(model, prompts, budgets, batch: int) -> float:
     start = time.perf_counter()
     produced = 0
     for s in range(0, len(prompts), batch):
-        ps, bs = prompts[s:s + batch], budgets[s:s + batch]
+        ps, bs = prompts[s : s + batch], budgets[s : s + batch]
         width = max(len(p) for p in ps)
         ids = torch.tensor([[0] * (width - len(p)) + p for p in ps])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps])
-        model.generate(ids, attention_mask=mask, max_new_tokens=max(bs), min_new_tokens=max(bs), do_sample=False,
-                       pad_token_id=0, eos_token_id=None)
+        model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max(bs),
+            min_new_tokens=max(bs),
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
         produced += sum(bs)  # tokens past a request's own budget are waste, not output
     return produced / (time.perf_counter() - start)
 
@@ -113,12 +122,23 @@ def bench_http(model_dir: str, prompts, budgets, levels: list[int], threads: int
     from prl.types import Sampling
 
     work = Path(tempfile.mkdtemp(prefix="prl-bench-"))
-    cfg = {"model": {"name": model_dir}, "server": {"port": 0},
-           "backend": {"type": "torch", "device": "cpu", "max_batch_size": 64, "num_threads": threads,
-                       "ready_file": str(work / "ready")}}
+    cfg = {
+        "model": {"name": model_dir},
+        "server": {"port": 0},
+        "backend": {
+            "type": "torch",
+            "device": "cpu",
+            "max_batch_size": 64,
+            "num_threads": threads,
+            "ready_file": str(work / "ready"),
+        },
+    }
     (work / "cfg.json").write_text(json.dumps(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "prl_inference_torch", str(work / "cfg.json")],
-                            stdout=open(work / "log", "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prl_inference_torch", str(work / "cfg.json")],
+        stdout=open(work / "log", "w"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         while not (work / "ready").exists():
             if proc.poll() is not None:
@@ -186,8 +206,10 @@ def main() -> None:
             bat = bench_hf_batched(model, prompts, budgets, c)
             vl = vllm_bench.run(model_dir, prompts, budgets, c) if vllm_bench else None
             rows.append((c, eng, http.get(c), seq, bat, vl))
-    print(f"{'conc':>5} {'engine':>9} {'http':>9} {'hf_seq':>9} {'hf_batch':>9} {'vllm':>9} "
-          f"{'eng/hf_seq':>11} {'eng/hf_batch':>13}   (output tokens/s)")
+    print(
+        f"{'conc':>5} {'engine':>9} {'http':>9} {'hf_seq':>9} {'hf_batch':>9} {'vllm':>9} "
+        f"{'eng/hf_seq':>11} {'eng/hf_batch':>13}   (output tokens/s)"
+    )
     for c, eng, ht, seq, bat, vl in rows:
         fmt = lambda v: f"{v:9.0f}" if v is not None else f"{'-':>9}"  # noqa: E731
         print(f"{c:>5} {fmt(eng)} {fmt(ht)} {fmt(seq)} {fmt(bat)} {fmt(vl)} {eng / seq:>10.2f}x {eng / bat:>12.2f}x")

@@ -201,8 +201,10 @@ def main() -> None:
     print(f"orchestrator throughput: {episodes / elapsed:,.0f} episodes/s ({episodes} episodes in {elapsed:.2f}s, "
           f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'} cores)")  # fmt: skip
     # On a shared machine wall time includes other processes' turns; CPU time does not.
-    print(f"per CPU-second of this process (orchestrator + trainer thread): {episodes / cpu:,.0f} episodes/s "
-          f"(load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"per CPU-second of this process (orchestrator + trainer thread): {episodes / cpu:,.0f} episodes/s "
+        f"(load average {os.getloadavg()[0]:.1f})"
+    )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,17 @@ def qwen3_06b_config():
     from transformers import Qwen3Config
 
     return Qwen3Config(
-        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, rms_norm_eps=1e-6,
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        rms_norm_eps=1e-6,
     )
 
 
@@ -56,10 +64,14 @@ def make_docs(steps: int, tokens_per_step: int, vocab: int, seed: int = 0) -> li
         while total < tokens_per_step:
             n = min(int(torch.randint(64, 2049, (1,), generator=g)), tokens_per_step - total)
             ids = torch.randint(0, vocab, (n + 1,), generator=g)
-            docs.append({
-                "ids": ids[:-1], "targets": ids[1:], "adv": torch.randn(1, generator=g).expand(n).clone(),
-                "inf_lp": -torch.rand(n, generator=g) * 0.2 - float(torch.log(torch.tensor(float(vocab)))),
-            })
+            docs.append(
+                {
+                    "ids": ids[:-1],
+                    "targets": ids[1:],
+                    "adv": torch.randn(1, generator=g).expand(n).clone(),
+                    "inf_lp": -torch.rand(n, generator=g) * 0.2 - float(torch.log(torch.tensor(float(vocab)))),
+                }
+            )
             total += n
         out.append(docs)
     return out
@@ -71,12 +83,14 @@ def pack_rows(docs: list[dict], seq_len: int) -> list[dict]:
     rows, cur = [], []
 
     def flush():
-        rows.append({
-            **{k: torch.cat([d[k] for d in cur]) for k in ("ids", "targets", "adv", "inf_lp")},
-            "pos": torch.cat([torch.arange(len(d["ids"])) for d in cur]),
-            "mask": torch.ones(sum(len(d["ids"]) for d in cur), dtype=torch.bool),
-            "docs": [len(d["ids"]) for d in cur],
-        })
+        rows.append(
+            {
+                **{k: torch.cat([d[k] for d in cur]) for k in ("ids", "targets", "adv", "inf_lp")},
+                "pos": torch.cat([torch.arange(len(d["ids"])) for d in cur]),
+                "mask": torch.ones(sum(len(d["ids"]) for d in cur), dtype=torch.bool),
+                "docs": [len(d["ids"]) for d in cur],
+            }
+        )
 
     for d in docs:
         if cur and sum(len(x["ids"]) for x in cur) + len(d["ids"]) > seq_len:
@@ -190,8 +204,10 @@ def _mem_report(policy, opt, docs, args, dev) -> None:
         frames = [f for f in e.get("frames", []) if "/torch/" not in f["filename"]][:2]
         key = " <- ".join(f"{Path(f['filename']).name}:{f['line']} {f['name']}" for f in frames) or "?"
         groups.setdefault(key, []).append(e["size"])
-    print(f"mem-report: allocated before the step {base / 2**30:.2f} GiB, peak in step "
-          f"{(base + best) / 2**30:.2f} GiB (max_memory_allocated {torch.cuda.max_memory_allocated(dev) / 2**30:.2f})")
+    print(
+        f"mem-report: allocated before the step {base / 2**30:.2f} GiB, peak in step "
+        f"{(base + best) / 2**30:.2f} GiB (max_memory_allocated {torch.cuda.max_memory_allocated(dev) / 2**30:.2f})"
+    )
     for key, sizes in sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:14]:
         print(f"  {sum(sizes) / 2**30:7.3f} GiB  x{len(sizes):<4d} {key}")
 
@@ -235,6 +251,7 @@ def run_plain(cfg, steps_docs, args, dev, state) -> dict:
         total = 0.0
         for batch in _padded_batches(docs, args.plain_tokens):
             width = max(len(d["ids"]) for d in batch)
+
             def pad(k, fill, batch=batch, width=width):
                 rows = [torch.nn.functional.pad(d[k], (0, width - len(d[k])), value=fill) for d in batch]
                 return torch.stack(rows).to(dev)
@@ -277,9 +294,13 @@ def _summary(name, losses, times, flops, steps_docs, args, dev, world) -> dict:
     secs = sum(times[w:])
     peak = peak_flops(dev) or float("nan")
     return {
-        "name": name, "tokens_per_s": tokens / secs, "mfu": sum(flops[w:]) / secs / (peak * world),
-        "peak_memory_gib": peak_memory_gib(dev), "losses": losses,
-        "step_s": times, "world": world,
+        "name": name,
+        "tokens_per_s": tokens / secs,
+        "mfu": sum(flops[w:]) / secs / (peak * world),
+        "peak_memory_gib": peak_memory_gib(dev),
+        "losses": losses,
+        "step_s": times,
+        "world": world,
     }
 
 
@@ -304,9 +325,19 @@ def main() -> int:
     dist = init_distributed()
     cfg = qwen3_06b_config()
     if args.tiny:  # a CPU smoke test of this script
-        cfg = type(cfg)(**{**cfg.to_dict(), "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
-                           "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
-                           "layer_types": None})
+        cfg = type(cfg)(
+            **{
+                **cfg.to_dict(),
+                "vocab_size": 512,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 32,
+                "layer_types": None,
+            }
+        )
     steps_docs = make_docs(args.steps, args.tokens_per_step, cfg.vocab_size)
     torch.manual_seed(0)
     # One random init (seeded, on CPU) shared by every run so losses are comparable.

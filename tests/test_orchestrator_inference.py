@@ -43,12 +43,12 @@ def server(tmp_path_factory):
 
 @pytest.mark.slow
 def test_orchestrator_with_real_inference_and_weights(server, tmp_path, capsys):
+    from prl_weights_filesystem import FilesystemWeights
     from safetensors.torch import load_file
 
     from prl.config.components import OrchestratorConfig
     from prl.orchestrator import run_orchestrator
     from prl.orchestrator.transport import read_batch
-    from prl_weights_filesystem import FilesystemWeights
 
     model, url = server
     config = OrchestratorConfig.model_validate({
@@ -76,12 +76,12 @@ def test_orchestrator_with_real_inference_and_weights(server, tmp_path, capsys):
     assert run_orchestrator(config, run_dir) == 0
     thread.join(30)
     assert not errors, errors
-    for step, mbs in got.items():
-        docs = [(n, e) for mb in mbs for n, e in zip(mb["seq_lens"], mb["env_names"]) if e]
+    for _step, mbs in got.items():
+        docs = [(n, e) for mb in mbs for n, e in zip(mb["seq_lens"], mb["env_names"], strict=False) if e]
         assert len(docs) <= 4 and all(e == "reverse-text" for _, e in docs)
         for mb in mbs:
             assert any(mb["loss_mask"]) or not any(mb["env_names"])
-            assert all(lp <= 0 for lp, m in zip(mb["inference_logprobs"], mb["loss_mask"]) if m)
+            assert all(lp <= 0 for lp, m in zip(mb["inference_logprobs"], mb["loss_mask"], strict=False) if m)
     rows = [json.loads(line) for line in (run_dir / "monitors" / "file" / "metrics.jsonl").read_text().splitlines()]
     orch = [r for r in rows if r.get("producer") == "orch" and r.get("step")]
     assert [r["step"] for r in orch] == [1, 2] and "reward/all/mean" in orch[0]

@@ -26,15 +26,17 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
-    from prl.cli.commands import cmd_rl
     from prl_model_init.build import make_model
+
+    from prl.cli.commands import cmd_rl
 
     model = make_model(tmp_path / "model", preset="tiny")
     toml = tmp_path / "rl.toml"
-    toml.write_text(textwrap.dedent(f'''
+    toml.write_text(
+        textwrap.dedent(f'''
         max_steps = 2
         seq_len = 256
-        output_dir = "{tmp_path / 'outputs'}"
+        output_dir = "{tmp_path / "outputs"}"
         env_vars = {{ OMP_NUM_THREADS = "1" }}
         [model]
         name = "{model}"
@@ -52,7 +54,8 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
         [inference.server]
         port = {_free_port()}
         [ckpt]
-    '''))
+    ''')
+    )
     code = cmd_rl(["@", str(toml), "--run.name", "e2e"])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]

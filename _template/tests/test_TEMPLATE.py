@@ -1,11 +1,11 @@
 """The plugin registers under its tag and scores a group as documented."""
 
 import pytest
-from prl.plugins import get_registry
-from prl.types import Branch, Trace
+from prl_TEMPLATE import plugin
 from pydantic import ValidationError
 
-from prl_TEMPLATE import plugin
+from prl.plugins import get_registry
+from prl.types import Branch, Trace
 
 
 @pytest.fixture

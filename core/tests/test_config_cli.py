@@ -31,12 +31,15 @@ def test_kebab_and_snake_spellings(fake_plugins):
     assert rl(["--orchestrator.batch_size", "64"]).orchestrator.batch_size == 64
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--trainer.model.activation-checkpointing"], True),
-    (["--no-trainer.model.activation-checkpointing"], False),
-    (["--trainer.model.activation-checkpointing", "False"], False),
-    (["--trainer.model.activation-checkpointing=1"], True),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--trainer.model.activation-checkpointing"], True),
+        (["--no-trainer.model.activation-checkpointing"], False),
+        (["--trainer.model.activation-checkpointing", "False"], False),
+        (["--trainer.model.activation-checkpointing=1"], True),
+    ],
+)
 def test_booleans(argv, expected, fake_plugins):
     assert rl(argv).trainer.model.activation_checkpointing is expected
 
@@ -57,7 +60,9 @@ def test_lists_space_separated_json_and_negative_numbers(fake_plugins):
 
 def test_cli_list_replaces_file_list(fake_plugins, tmp_path):
     f = tmp_path / "c.toml"
-    f.write_text('[trainer.optim]\nbetas = [0.1, 0.2]\n[[orchestrator.train.source]]\nname="x"\nenv.taskset.id="fake-tasks"\n')
+    f.write_text(
+        '[trainer.optim]\nbetas = [0.1, 0.2]\n[[orchestrator.train.source]]\nname="x"\nenv.taskset.id="fake-tasks"\n'
+    )
     cfg = rl(["@", str(f), "--orchestrator.train.source", SRC])
     assert [s.name for s in cfg.orchestrator.train.source] == ["a"]
 

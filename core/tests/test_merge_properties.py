@@ -12,7 +12,9 @@ from prl.config.files import deep_merge
 from prl.config.resolve import merge_sources
 
 keys = st.sampled_from(list("abcde"))
-leaves = st.one_of(st.integers(-5, 5), st.text("xyz", max_size=3), st.booleans(), st.lists(st.integers(0, 3), max_size=3))
+leaves = st.one_of(
+    st.integers(-5, 5), st.text("xyz", max_size=3), st.booleans(), st.lists(st.integers(0, 3), max_size=3)
+)
 trees = st.recursive(leaves, lambda inner: st.dictionaries(keys, inner, max_size=4), max_leaves=12)
 dicts = st.dictionaries(keys, trees, max_size=4)
 
@@ -46,8 +48,8 @@ def test_base_leaves_kept_unless_overridden(base, override):
         if not path:
             continue
         shadowed = any(
-            isinstance(get_or_none(override, path[:i]), (list, int, str, bool)) or
-            (i == len(path) and get_or_none(override, path) is not None)
+            isinstance(get_or_none(override, path[:i]), (list, int, str, bool))
+            or (i == len(path) and get_or_none(override, path) is not None)
             for i in range(1, len(path) + 1)
         )
         if not shadowed:

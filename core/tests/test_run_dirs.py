@@ -19,8 +19,10 @@ def dry(tmp_path, *extra):
 
 def test_dry_run_layout(fake_plugins, tmp_path):
     cfg = tmp_path / "rl.toml"
-    cfg.write_text("max_steps = 3\n[model]\nname = \"org/Tiny-Model\"\n")
-    result = CliRunner().invoke(app, ["rl", "@", str(cfg), "--output-dir", str(tmp_path), "--orchestrator.train.source", SRC, "--dry-run"])
+    cfg.write_text('max_steps = 3\n[model]\nname = "org/Tiny-Model"\n')
+    result = CliRunner().invoke(
+        app, ["rl", "@", str(cfg), "--output-dir", str(tmp_path), "--orchestrator.train.source", SRC, "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     assert "Dry run complete" in result.output
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]

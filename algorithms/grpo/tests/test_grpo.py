@@ -1,11 +1,11 @@
 """GRPO on a hand-made group: baselines, length penalty, prompt aggregation, token layout."""
 
 import pytest
-from prl.plugins import get_registry
-from prl.types import Branch, Trace
+from prl_algo_grpo import GRPO
 from pydantic import ValidationError
 
-from prl_algo_grpo import GRPO
+from prl.plugins import get_registry
+from prl.types import Branch, Trace
 
 
 def _branch(sampled):

@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
-from prl.contracts.loss import LossInputs
-from prl.plugins import get_registry
+from prl_loss_cispo.loss import CISPOLoss
 from pydantic import ValidationError
 
-from prl_loss_cispo.loss import CISPOLoss
+from prl.contracts.loss import LossInputs
+from prl.plugins import get_registry
 
 
 def _inputs():

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from prl_loss_common import capped_ratio, ce_loss, masked_mean, mismatch_kl, ref_kl_loss
 
 

@@ -7,8 +7,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prl.contracts.loss import Loss, LossInputs, LossOutputs
-
 from prl_loss_common import (
     Scales,
     component_losses,
@@ -18,6 +16,8 @@ from prl_loss_common import (
     weights_or_ones,
     zero_where,
 )
+
+from prl.contracts.loss import Loss, LossInputs, LossOutputs
 
 
 class Reinforce(Loss):
@@ -133,7 +133,7 @@ def test_extra_inputs_reach_the_rl_loss_and_the_caller_keeps_its_mask():
     cuts=st.lists(st.integers(1, 11), max_size=3),
 )
 def test_any_split_into_micro_batches_gives_the_same_loss_and_gradient(tokens, cuts):
-    probs, mask, rl_w, ce_w = (list(col) for col in zip(*tokens))
+    probs, mask, rl_w, ce_w = (list(col) for col in zip(*tokens, strict=False))
     logp = _t(probs).log().requires_grad_()
     adv = _t([1.0 - i * 0.3 for i in range(len(tokens))])
 
@@ -149,14 +149,18 @@ def test_any_split_into_micro_batches_gives_the_same_loss_and_gradient(tokens, c
             for a, b in bounds
         ]
         ces = [_t(ce_w[a:b]) for a, b in bounds]
-        scales = global_scales(sum(local_scales(p.loss_mask, p.rl_weights, c) for p, c in zip(pieces, ces)))
-        total = sum(normalise(component_losses(Reinforce(), p, ce_weights=c), scales) for p, c in zip(pieces, ces))
+        scales = global_scales(
+            sum(local_scales(p.loss_mask, p.rl_weights, c) for p, c in zip(pieces, ces, strict=False))
+        )
+        total = sum(
+            normalise(component_losses(Reinforce(), p, ce_weights=c), scales) for p, c in zip(pieces, ces, strict=False)
+        )
         (grad,) = torch.autograd.grad(total, logp)
         return total.item(), grad
 
     n = len(tokens)
     edges = sorted({0, n, *(c for c in cuts if c < n)})
     whole, whole_grad = run([(0, n)])
-    split, split_grad = run(list(zip(edges, edges[1:])))
+    split, split_grad = run(list(zip(edges, edges[1:], strict=False)))
     assert split == pytest.approx(whole)
     assert torch.allclose(split_grad, whole_grad)

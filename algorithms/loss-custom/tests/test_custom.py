@@ -4,11 +4,11 @@ import textwrap
 
 import pytest
 import torch
-from prl.contracts.loss import LossInputs, LossOutputs
-from prl.plugins import get_registry
+from prl_loss_custom.loss import CustomLoss
 from pydantic import ValidationError
 
-from prl_loss_custom.loss import CustomLoss
+from prl.contracts.loss import LossInputs, LossOutputs
+from prl.plugins import get_registry
 
 FN = """
 import torch

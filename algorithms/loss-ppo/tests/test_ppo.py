@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from prl.contracts.loss import LossInputs
-from prl.plugins import get_registry
+from prl_loss_ppo.loss import PPOLoss
 from pydantic import ValidationError
 
-from prl_loss_ppo.loss import PPOLoss
+from prl.contracts.loss import LossInputs
+from prl.plugins import get_registry
 
 
 def _inputs(ratios, advantages, weights=None):

@@ -1,10 +1,10 @@
 """max_rl: A = (r - mean) / mean, 0 when the mean is not positive."""
 
 import pytest
+from prl_algo_max_rl import MaxRL
+
 from prl.plugins import get_registry
 from prl.types import Branch, Trace
-
-from prl_algo_max_rl import MaxRL
 
 
 def _group(rewards):

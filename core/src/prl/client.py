@@ -69,7 +69,10 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
     if len(logprobs) != len(tokens):
         raise InferenceError(f"server returned {len(tokens)} token ids but {len(logprobs)} logprobs")
     return Generation(
-        tokens, logprobs, choice.get("finish_reason") or "stop", response_version(body, choice),
+        tokens,
+        logprobs,
+        choice.get("finish_reason") or "stop",
+        response_version(body, choice),
         sampling_mask=choice.get("sampling_mask"),
     )
 
@@ -77,14 +80,19 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
 class InferenceHTTPClient:
     """One server's routes over a shared ``httpx.AsyncClient``."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, model: str | None = None,
-                 timeout: float = 600.0) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, model: str | None = None, timeout: float = 600.0
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         key = api_key or os.environ.get("PRL_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, headers=headers,
-                                       limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            headers=headers,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
 
     @classmethod
     def from_config(cls, config: Any, model: str | None = None) -> InferenceHTTPClient:
@@ -112,26 +120,35 @@ class InferenceHTTPClient:
         """Token-in/token-out sampling with the logprob of every sampled token."""
         return (await self.generate_n(prompt_ids, sampling, 1, model=model))[0]
 
-    async def generate_n(self, prompt_ids: list[int], sampling: Sampling, n: int, *,
-                         model: str | None = None) -> list[Generation]:
+    async def generate_n(
+        self, prompt_ids: list[int], sampling: Sampling, n: int, *, model: str | None = None
+    ) -> list[Generation]:
         """``n`` completions of one prompt, prefilled once on the server."""
-        body = await self._post("/inference/v1/generate", {
-            "token_ids": list(prompt_ids), "model": model or self.model,
-            "sampling_params": sampling_params(sampling, n=n, logprobs=0),
-        })
+        body = await self._post(
+            "/inference/v1/generate",
+            {
+                "token_ids": list(prompt_ids),
+                "model": model or self.model,
+                "sampling_params": sampling_params(sampling, n=n, logprobs=0),
+            },
+        )
         return [choice_generation(body, c) for c in body["choices"]]
 
     async def score(self, token_ids: list[int], *, model: str | None = None) -> list[float | None]:
         """Prefill scoring: logprob of every token given the ones before it (None for the first)."""
-        body = await self._post("/inference/v1/generate", {
-            "token_ids": list(token_ids), "model": model or self.model,
-            "sampling_params": {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0},
-        })
+        body = await self._post(
+            "/inference/v1/generate",
+            {
+                "token_ids": list(token_ids),
+                "model": model or self.model,
+                "sampling_params": {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0},
+            },
+        )
         entries = body.get("prompt_logprobs")
         if entries is None or len(entries) != len(token_ids):
             raise InferenceError("server did not return one prompt logprob per prompt token")
         out: list[float | None] = []
-        for tok, entry in zip(token_ids, entries):
+        for tok, entry in zip(token_ids, entries, strict=False):
             if entry is None:
                 out.append(None)
                 continue
@@ -143,13 +160,23 @@ class InferenceHTTPClient:
 
     async def chat(self, messages: list[dict], sampling: Sampling, **extra: Any) -> dict[str, Any]:
         """OpenAI chat completion; ``extra`` fields (n, logprobs, tools, ...) pass through."""
-        body = {"model": extra.pop("model", None) or self.model, "messages": messages,
-                **sampling_params(sampling), "return_token_ids": True, **extra}
+        body = {
+            "model": extra.pop("model", None) or self.model,
+            "messages": messages,
+            **sampling_params(sampling),
+            "return_token_ids": True,
+            **extra,
+        }
         return await self._post("/v1/chat/completions", {k: v for k, v in body.items() if v is not None})
 
     async def completions(self, prompt: str | list[int], sampling: Sampling, **extra: Any) -> dict[str, Any]:
-        body = {"model": extra.pop("model", None) or self.model, "prompt": prompt,
-                **sampling_params(sampling), "return_token_ids": True, **extra}
+        body = {
+            "model": extra.pop("model", None) or self.model,
+            "prompt": prompt,
+            **sampling_params(sampling),
+            "return_token_ids": True,
+            **extra,
+        }
         return await self._post("/v1/completions", {k: v for k, v in body.items() if v is not None})
 
     # ----- status and admin -------------------------------------------------------------
@@ -172,8 +199,10 @@ class InferenceHTTPClient:
             except httpx.HTTPError as exc:
                 last = repr(exc)
             await asyncio.sleep(interval)
-        raise TimeoutError(f"waited {timeout:g}s for the inference server at {self.base_url} to answer "
-                           f"GET /health with 200 (last: {last})")
+        raise TimeoutError(
+            f"waited {timeout:g}s for the inference server at {self.base_url} to answer "
+            f"GET /health with 200 (last: {last})"
+        )
 
     async def models(self) -> list[str]:
         resp = await self._http.get("/v1/models")

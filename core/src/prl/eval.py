@@ -125,7 +125,9 @@ class Progress:
             return None
         data = json.loads(path.read_text())
         if data.get("version") != PROGRESS_VERSION:
-            raise ValueError(f"--resume: {path} has progress version {data.get('version')}, expected {PROGRESS_VERSION}")
+            raise ValueError(
+                f"--resume: {path} has progress version {data.get('version')}, expected {PROGRESS_VERSION}"
+            )
         for source, groups in data["groups"].items():
             self.done[source].update(groups)
         self.cursor = int(data["cursor"])
@@ -254,7 +256,9 @@ class _Evaluator:
             rows = [rollout_record(t, task.task_id, j) for j, t in enumerate(traces)]
             with results.open("a") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in rows)
-            self.progress.complete(run.name, task.task_id, [{k: v for k, v in r.items() if k != "messages"} for r in rows])
+            self.progress.complete(
+                run.name, task.task_id, [{k: v for k, v in r.items() if k != "messages"} for r in rows]
+            )
             records = [{**dataclasses.asdict(t), "kind": "eval", "group": task.task_id} for t in traces]
             for monitor in self.monitors:
                 monitor.log_traces(records, 0)
@@ -297,9 +301,13 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
     try:
         for source in config.source:
             if source.select.limit is None and config.num_examples is not None:
-                source = source.model_copy(update={"select": source.select.model_copy(update={"limit": config.num_examples})})
+                source = source.model_copy(
+                    update={"select": source.select.model_copy(update={"limit": config.num_examples})}
+                )
             env = EnvSource(source, "eval", run_dir, attempt_config_dir=attempt)
-            runs.append(_SourceRun(env, source.name, source.group_size or config.group_size, eval_sampling(config, source), []))
+            runs.append(
+                _SourceRun(env, source.name, source.group_size or config.group_size, eval_sampling(config, source), [])
+            )
             try:
                 await env.start()
                 runs[-1].tasks = env.tasks()
@@ -311,7 +319,9 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Bar(*columns, console=console, transient=False) as bar:
             ids = [bar.add_task(r.name, total=len(r.tasks)) for r in runs]
-            await asyncio.gather(*(evaluator.run_source(r, client, renderer, bar, i) for r, i in zip(runs, ids)))
+            await asyncio.gather(
+                *(evaluator.run_source(r, client, renderer, bar, i) for r, i in zip(runs, ids, strict=False))
+            )
         progress.save()
         return _report(config, run_dir, runs, progress, monitors, console)
     finally:
@@ -326,7 +336,9 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
                 await result
 
 
-def _report(config: EvalConfig, run_dir: Path, runs: list[_SourceRun], progress: Progress, monitors: list, console: Any) -> int:
+def _report(
+    config: EvalConfig, run_dir: Path, runs: list[_SourceRun], progress: Progress, monitors: list, console: Any
+) -> int:
     code = 0
     for r in runs:
         groups = progress.done.get(r.name, {})
@@ -337,7 +349,8 @@ def _report(config: EvalConfig, run_dir: Path, runs: list[_SourceRun], progress:
         reward = metrics.get(f"eval/{r.name}/avg@{r.k}", 0.0)
         line = (
             f"Evaluated {r.name} | {len(groups)} examples x {r.k} rollouts"
-            f" | avg@{r.k} {reward:.4f} | pass@{r.k} {metrics.get(f'eval/{r.name}/pass@{r.k}', 0.0):.4f} | Reward {reward:.4f}"
+            f" | avg@{r.k} {reward:.4f}"
+            f" | pass@{r.k} {metrics.get(f'eval/{r.name}/pass@{r.k}', 0.0):.4f} | Reward {reward:.4f}"
         )
         if r.failure:
             code = 1

@@ -118,7 +118,9 @@ def check_resume(run_dir: Path, resume: Any, rl: bool) -> int | None:
     steps = complete_steps(run_dir, rl)
     if resume.step is not None:
         if resume.step not in steps:
-            raise ConfigError(f"--resume.step: no complete checkpoint for step {resume.step} in {run_dir / 'checkpoints'}")
+            raise ConfigError(
+                f"--resume.step: no complete checkpoint for step {resume.step} in {run_dir / 'checkpoints'}"
+            )
         return resume.step
     if not steps:
         raise ConfigError(f"--resume: no complete checkpoint found in {run_dir / 'checkpoints'}")
@@ -173,7 +175,9 @@ def prepare_run(
             "--clean to start over, or choose another --run.name"
         )
     attempt = next_attempt(run_dir)
-    paths = RunPaths(run_dir, attempt, run_dir / "configs" / f"attempt_{attempt}", run_dir / "logs" / f"attempt_{attempt}")
+    paths = RunPaths(
+        run_dir, attempt, run_dir / "configs" / f"attempt_{attempt}", run_dir / "logs" / f"attempt_{attempt}"
+    )
     paths.resolved_dir.mkdir(parents=True, exist_ok=True)
     paths.log_dir.mkdir(parents=True, exist_ok=True)
     _write_command(paths.config_dir / "command.txt", entry, argv)

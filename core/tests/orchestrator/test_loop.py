@@ -35,7 +35,7 @@ def test_ships_every_step_with_all_fields(make_config, tmp_path, kit, capsys):
     monitor = kit.ListMonitor()
     code, orch, trainer = _run(config, tmp_path, kit, ranks=2, monitor=monitor)
     assert code == 0 and sorted(trainer.batches) == [1, 2, 3]
-    for step, ranks in trainer.batches.items():
+    for _step, ranks in trainer.batches.items():
         assert len(ranks[0]) == len(ranks[1])  # lockstep ranks
         docs = [d for r in ranks for mb in r for d in mb["trace_ids"] if d]
         assert len(set(docs)) == 8  # batch_size traces, each once

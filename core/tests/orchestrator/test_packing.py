@@ -81,5 +81,5 @@ def test_rank_costs_are_balanced_on_a_realistic_batch():
     assert len({len(r) for r in ranks}) == 1
     costs = [sum(bin_cost(mb["seq_lens"], 1024) for mb in r) for r in ranks]
     assert max(costs) / min(costs) < 1.2
-    real = [n for r in ranks for mb in r for n, t in zip(mb["seq_lens"], mb["trace_ids"]) if t]
+    real = [n for r in ranks for mb in r for n, t in zip(mb["seq_lens"], mb["trace_ids"], strict=False) if t]
     assert sorted(real) == sorted(len(s.input_ids) for s in samples)

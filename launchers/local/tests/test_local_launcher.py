@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from prl_launcher_local import LocalLauncher
 
 from prl.contracts.launcher import ProcessSpec
-from prl_launcher_local import LocalLauncher
 
 PY = sys.executable
 
@@ -109,7 +109,8 @@ def test_waits_for_a_health_url(tmp_path, capsys, monkeypatch):
 
 def test_sigint_stops_everything(tmp_path):
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys, pathlib
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_local_launcher import _spec, SERVER, _launcher
@@ -117,7 +118,8 @@ def test_sigint_stops_everything(tmp_path):
         specs = [_spec(tmp, "server", SERVER.format(name="server"), ready=True),
                  _spec(tmp, "orchestrator", "time.sleep(60)\\n"), _spec(tmp, "trainer", "time.sleep(60)\\n")]
         sys.exit(_launcher(tmp).launch(specs))
-    """))
+    """)
+    )
     proc = subprocess.Popen([PY, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not (tmp_path / "trainer.pid").exists() and time.monotonic() < deadline:

@@ -2,10 +2,10 @@
 
 import io
 
+from prl_monitor_console import ConsoleMonitor
+
 from prl.config.monitors import MonitorsSection
 from prl.plugins import get_registry
-
-from prl_monitor_console import ConsoleMonitor
 
 
 def _monitor(tmp_path, producer="orch", **cfg):

@@ -8,12 +8,12 @@ import shutil
 import subprocess
 
 import pytest
+from prl_monitor_file import FileMonitor, read_trace
+from prl_monitor_file import stream as stream_mod
+
 from prl.config.monitors import MonitorsSection
 from prl.plugins import get_registry
 from prl.types import Branch, Trace
-
-from prl_monitor_file import FileMonitor, read_trace
-from prl_monitor_file import stream as stream_mod
 
 
 class Scalar:

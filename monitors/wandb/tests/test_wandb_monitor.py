@@ -6,12 +6,12 @@ import struct
 import time
 
 import pytest
+from prl_monitor_wandb import WandbMonitor
+from prl_monitor_wandb.monitor import run_id
+
 from prl.config.monitors import MonitorsSection
 from prl.plugins import get_registry
 from prl.types import Branch, Trace
-
-from prl_monitor_wandb import WandbMonitor
-from prl_monitor_wandb.monitor import run_id
 
 BLOCK = 32768
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+from prl_envs_verifiers import VerifiersTaskset, VfReverseText
+from prl_envs_verifiers.remote import sampling_config, train_client_config
+
 from prl.config.components import SourceConfig
 from prl.envs import build_taskset
 from prl.plugins import get_registry
 from prl.types import Sampling
-from prl_envs_verifiers import VerifiersTaskset, VfReverseText
-from prl_envs_verifiers.remote import sampling_config, train_client_config
 
 
 def test_ids_do_not_collide_with_the_builtin_reverse_text():
@@ -26,8 +27,12 @@ def source(taskset: dict, agent: dict | None = None) -> SourceConfig:
 
 
 def test_agent_and_runtime_map_onto_verifiers_env_block():
-    ts = build_taskset(source({"id": "vf-reverse-text", "args": {"num_examples": 3}},
-                              {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}))
+    ts = build_taskset(
+        source(
+            {"id": "vf-reverse-text", "args": {"num_examples": 3}},
+            {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
+        )
+    )
     data = ts.env_data("eval")
     assert data == {
         "taskset": {"num_examples": 3, "id": "vf-reverse-text", "split": "eval"},
@@ -44,7 +49,9 @@ def test_tasks_come_from_local_files_and_splits_differ(tmp_path):
     assert tasks[1].prompt[-1] == {"role": "user", "content": "hello world"}
     gen = build_taskset(source({"id": "vf-reverse-text", "args": {"num_examples": 20}}))
     train = [t.data["vf"]["text"] for t in gen.tasks("train")]
-    assert train == [t.data["vf"]["text"] for t in gen.tasks("train")] != [t.data["vf"]["text"] for t in gen.tasks("eval")]
+    assert (
+        train == [t.data["vf"]["text"] for t in gen.tasks("train")] != [t.data["vf"]["text"] for t in gen.tasks("eval")]
+    )
 
 
 class _Client:
@@ -71,21 +78,36 @@ def _episode(seats: list[tuple[str, float]], errors: list[dict] | None = None):
     task = {"type": "ReverseTextTask", "data": {"prompt": "ab", "text": "ab"}}
 
     def node(parent, role, content, ids, mask, lps):
-        return {"parent": parent, "message": {"role": role, "content": content}, "token_ids": ids, "mask": mask,
-                "logprobs": lps, "sampled": role == "assistant"}
+        return {
+            "parent": parent,
+            "message": {"role": role, "content": content},
+            "token_ids": ids,
+            "mask": mask,
+            "logprobs": lps,
+            "sampled": role == "assistant",
+        }
 
-    traces = [{
-        "task": task, "agent": {"config": {}, "name": name}, "ok": True, "metrics": {"exact": 0.0},
-        "rewards": {"lcs": {"score": score}},
-        "nodes": [node(None, "user", "ab", [1, 2, 3], [False] * 3, []),
-                  node(0, "assistant", "ba", [4, 5, 6], [False, True, True], [-0.5, -0.25])],
-    } for name, score in seats]
+    traces = [
+        {
+            "task": task,
+            "agent": {"config": {}, "name": name},
+            "ok": True,
+            "metrics": {"exact": 0.0},
+            "rewards": {"lcs": {"score": score}},
+            "nodes": [
+                node(None, "user", "ab", [1, 2, 3], [False] * 3, []),
+                node(0, "assistant", "ba", [4, 5, 6], [False, True, True], [-0.5, -0.25]),
+            ],
+        }
+        for name, score in seats
+    ]
     return WireEpisode.model_validate({"id": "ep1", "task": task, "traces": traces, "ok": True, "errors": errors or []})
 
 
 def test_episode_becomes_a_trace_with_exact_tokens():
-    from prl.contracts.taskset import Task
     from prl_envs_verifiers.remote import episode_to_trace
+
+    from prl.contracts.taskset import Task
 
     task = Task("eval/0", [{"role": "user", "content": "ab"}])
     trace = episode_to_trace(_episode([("agent", 0.5)]), task, Sampling(temperature=0.8))

@@ -39,13 +39,20 @@ def server(tmp_path_factory):
     work = tmp_path_factory.mktemp("inference")
     model = str(make_model(work / "tiny", preset="tiny", seed=0))
     ready = work / "ready"
-    cfg = {"model": {"name": model}, "server": {"port": 0},
-           "backend": {"type": "torch", "ready_file": str(ready), "max_batch_size": 4, "max_prefill_tokens": 512}}
+    cfg = {
+        "model": {"name": model},
+        "server": {"port": 0},
+        "backend": {"type": "torch", "ready_file": str(ready), "max_batch_size": 4, "max_prefill_tokens": 512},
+    }
     (work / "inference.json").write_text(json.dumps(cfg))
     log = work / "server.log"
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "prl_inference_torch", str(work / "inference.json")],
-                                stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "2"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prl_inference_torch", str(work / "inference.json")],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "2"},
+        )
     deadline = time.monotonic() + 180
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -60,11 +67,16 @@ def server(tmp_path_factory):
 def test_vf_reverse_text_rollout_through_verifiers_env_server(server, tmp_path: Path):
     cls = get_registry().get("renderers", "auto")
     renderer = cls(cls.Config(), server["model"])
-    src = SourceConfig.model_validate({
-        "name": "vf-rt",
-        "env": {"taskset": {"id": "vf-reverse-text", "args": {"num_examples": 2}},
-                "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}, "timeout": 240},
-    })
+    src = SourceConfig.model_validate(
+        {
+            "name": "vf-rt",
+            "env": {
+                "taskset": {"id": "vf-reverse-text", "args": {"num_examples": 2}},
+                "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
+                "timeout": 240,
+            },
+        }
+    )
     env = EnvSource(src, "eval", tmp_path / "run", attempt_config_dir=tmp_path / "run" / "configs" / "attempt_1")
 
     async def scenario():
@@ -86,6 +98,6 @@ def test_vf_reverse_text_rollout_through_verifiers_env_server(server, tmp_path: 
     assert "reward/lcs" in trace.metrics and "exact" in trace.metrics
     (branch,) = trace.branches
     assert len(branch.token_ids) == len(branch.sampled_mask) == len(branch.logprobs)
-    sampled = [lp for lp, s in zip(branch.logprobs, branch.sampled_mask) if s]
+    sampled = [lp for lp, s in zip(branch.logprobs, branch.sampled_mask, strict=False) if s]
     assert 1 <= len(sampled) <= 8 and all(math.isfinite(lp) and lp <= 0 for lp in sampled)
     assert trace.messages[-1]["role"] == "assistant"

@@ -29,8 +29,12 @@ def start_server(cfg: dict, workdir: Path, timeout: float = 120.0) -> tuple[subp
     log = open(workdir / "server.log", "w")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("PRL_API_KEY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "prl_inference_torch", str(workdir / "inference.json")],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prl_inference_torch", str(workdir / "inference.json")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     deadline = time.monotonic() + timeout
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from prl_inference_torch.backend import TorchBackend, TorchInferenceConfig
+from prl_inference_torch.engine import GenParams, Request
+from prl_inference_torch.loading import load_state
 
 from prl.config.components import InferenceConfig
 from prl.plugins import get_registry
 from prl.testing.inference_contract import reference, reference_logprobs
-from prl_inference_torch.backend import TorchBackend, TorchInferenceConfig
-from prl_inference_torch.engine import GenParams, Request
-from prl_inference_torch.loading import load_state
 
 
 def test_registered_as_the_default_backend():
@@ -48,7 +48,6 @@ def _wait(req: Request, timeout: float = 60) -> None:
 
 def test_admin_routes_need_the_bearer_key(state):
     from fastapi.testclient import TestClient
-
     from prl_inference_torch.server import build_app
 
     with TestClient(build_app(state)) as http:
@@ -77,8 +76,8 @@ def test_rows_joining_a_running_batch_get_correct_logprobs(state, tiny_model):
         assert len(req.completions) == req.params.n
         for comp in req.completions:
             assert len(comp.token_ids) == req.params.max_tokens
-            want = reference_logprobs(model, req.prompt_ids + comp.token_ids)[len(req.prompt_ids) - 1:]
-            assert max(abs(a - b) for a, b in zip(comp.logprobs, want)) < 1e-4
+            want = reference_logprobs(model, req.prompt_ids + comp.token_ids)[len(req.prompt_ids) - 1 :]
+            assert max(abs(a - b) for a, b in zip(comp.logprobs, want, strict=False)) < 1e-4
 
 
 def test_weight_swap_waits_for_in_flight_requests(state):
@@ -132,9 +131,11 @@ def test_stop_token_ids_and_eos(state):
 
 def test_top_k_one_is_greedy(state):
     engine = state.engine
-    reqs = [Request([20, 21, 22], GenParams(max_tokens=6, temperature=0.0)),
-            Request([20, 21, 22], GenParams(max_tokens=6, temperature=1.5, top_k=1, seed=9)),
-            Request([20, 21, 22], GenParams(max_tokens=6, temperature=1.5, top_p=1e-6, seed=9))]
+    reqs = [
+        Request([20, 21, 22], GenParams(max_tokens=6, temperature=0.0)),
+        Request([20, 21, 22], GenParams(max_tokens=6, temperature=1.5, top_k=1, seed=9)),
+        Request([20, 21, 22], GenParams(max_tokens=6, temperature=1.5, top_p=1e-6, seed=9)),
+    ]
     for r in reqs:
         engine.submit(r)
     for r in reqs:
@@ -156,7 +157,7 @@ def test_truncated_sampling_returns_its_mask(state):
         _wait(r)
     k, p = topk.completions[0], topp.completions[0]
     assert [len(m) for m in k.sampling_mask] == [5] * 5
-    assert all(t in m for t, m in zip(k.token_ids, k.sampling_mask))
-    assert len(p.sampling_mask) == 5 and all(t in m for t, m in zip(p.token_ids, p.sampling_mask))
+    assert all(t in m for t, m in zip(k.token_ids, k.sampling_mask, strict=False))
+    assert len(p.sampling_mask) == 5 and all(t in m for t, m in zip(p.token_ids, p.sampling_mask, strict=False))
     assert all(0 < len(m) < state.vocab_size for m in p.sampling_mask)
     assert plain.completions[0].sampling_mask == []

@@ -50,8 +50,13 @@ def start_server(workdir: Path, model_dir: Path, **backend) -> tuple[subprocess.
     env.pop("PRL_API_KEY", None)
     t0 = time.monotonic()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "prl_inference_vllm", str(cfg)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prl_inference_vllm", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() - t0 > START_TIMEOUT_S:
             stop_server(proc)

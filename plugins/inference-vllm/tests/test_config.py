@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from prl_inference_vllm.backend import VllmArgsError, VllmBackend, parse_vllm_args
+from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 from pydantic import ValidationError
 
 from prl.config.components import InferenceConfig
 from prl.plugins import get_registry
 from prl.serving import is_loopback
-from prl_inference_vllm.backend import VllmArgsError, VllmBackend, parse_vllm_args
-from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
 
 def inference(**backend) -> InferenceConfig:
-    return InferenceConfig.model_validate({
-        "model": {"name": "/models/tiny"}, "server": {"host": "127.0.0.1", "port": 8123},
-        "max_model_len": 256, "backend": {"type": "vllm", **backend},
-    })
+    return InferenceConfig.model_validate(
+        {
+            "model": {"name": "/models/tiny"},
+            "server": {"host": "127.0.0.1", "port": 8123},
+            "max_model_len": 256,
+            "backend": {"type": "vllm", **backend},
+        }
+    )
 
 
 def test_entry_point_registers_the_vllm_backend() -> None:
@@ -25,9 +29,17 @@ def test_entry_point_registers_the_vllm_backend() -> None:
 
 
 def test_typed_fields_and_extra_args_become_vllm_flags() -> None:
-    cfg = inference(gpu_memory_utilization=0.5, enforce_eager=True, enable_prefix_caching=False,
-                    extra_args={"kv-cache-dtype": "auto", "block_size": 32, "disable_log_stats": True,
-                                "override_generation_config": {"temperature": 0.5}})
+    cfg = inference(
+        gpu_memory_utilization=0.5,
+        enforce_eager=True,
+        enable_prefix_caching=False,
+        extra_args={
+            "kv-cache-dtype": "auto",
+            "block_size": 32,
+            "disable_log_stats": True,
+            "override_generation_config": {"temperature": 0.5},
+        },
+    )
     argv = vllm_argv(cfg)
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if not argv[i + 1].startswith("--")}
     assert pairs["--model"] == "/models/tiny" and pairs["--served-model-name"] == "/models/tiny"
@@ -38,8 +50,9 @@ def test_typed_fields_and_extra_args_become_vllm_flags() -> None:
     assert "--enable-lora" not in argv  # off by default: no flag at all
 
 
-@pytest.mark.parametrize("key, field", [("port", "server.port"), ("served-model-name", "model.name"),
-                                        ("max_model_len", "max_model_len")])
+@pytest.mark.parametrize(
+    "key, field", [("port", "server.port"), ("served-model-name", "model.name"), ("max_model_len", "max_model_len")]
+)
 def test_extra_args_cannot_override_settings_prl_owns(key: str, field: str) -> None:
     with pytest.raises(ValidationError, match=f"extra_args.{key} is set by prl from {field}"):
         inference(extra_args={key: 1})

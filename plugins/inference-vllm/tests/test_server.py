@@ -50,8 +50,9 @@ def test_generate_rejects_bad_input_with_400s(http: httpx.Client, vllm_server) -
         resp = http.post("/inference/v1/generate", json=body)
         assert resp.status_code == status, (body, resp.text)
         assert words in resp.json()["error"]["message"]
-    ok = http.post("/inference/v1/generate", json={"token_ids": [1, 2], "model": model,
-                                                  "sampling_params": {"max_tokens": 2}})
+    ok = http.post(
+        "/inference/v1/generate", json={"token_ids": [1, 2], "model": model, "sampling_params": {"max_tokens": 2}}
+    )
     assert ok.status_code == 200 and len(ok.json()["choices"][0]["token_ids"]) <= 2
 
 
@@ -68,8 +69,7 @@ def test_update_weights_refuses_another_architecture(http: httpx.Client, tmp_pat
 
 
 def test_openai_replies_name_the_policy_version(http: httpx.Client, vllm_server) -> None:
-    resp = http.post("/v1/completions", json={"model": str(vllm_server["model_dir"]), "prompt": "hi",
-                                              "max_tokens": 3})
+    resp = http.post("/v1/completions", json={"model": str(vllm_server["model_dir"]), "prompt": "hi", "max_tokens": 3})
     body = resp.json()
     assert body["version"] == http.get("/health").json()["version"]
     assert len(body["choices"][0]["token_ids"]) == body["usage"]["completion_tokens"]
@@ -83,9 +83,16 @@ def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Cl
 
     def long_request() -> None:
         with httpx.Client(base_url=vllm_server["url"], timeout=300) as c:
-            result.append(c.post("/inference/v1/generate", json={
-                "token_ids": [10, 20, 30], "model": model_dir,
-                "sampling_params": {"max_tokens": 400, "ignore_eos": True, "seed": 0}}).json())
+            result.append(
+                c.post(
+                    "/inference/v1/generate",
+                    json={
+                        "token_ids": [10, 20, 30],
+                        "model": model_dir,
+                        "sampling_params": {"max_tokens": 400, "ignore_eos": True, "seed": 0},
+                    },
+                ).json()
+            )
 
     baseline = generated_tokens(http)
     worker = threading.Thread(target=long_request)
@@ -107,7 +114,7 @@ def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Cl
     spans = choice["weight_versions"]
     assert len(choice["token_ids"]) == 400 and choice["finish_reason"] == "length"
     assert spans[0]["start"] == 0 and spans[-1]["end"] == 400
-    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))
+    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:], strict=False))
     assert [int(s["version"]) for s in spans] == [old, new]
     assert result[0]["version"] == int(spans[0]["version"])
     assert http.get("/health").json() == {"status": "ok", "version": new, "paused": False}

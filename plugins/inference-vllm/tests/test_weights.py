@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir, checkpoint_shapes
 from safetensors.torch import save_file
 
-from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir, checkpoint_shapes
-
-SERVED_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 8, "vocab_size": 16,
-                 "tie_word_embeddings": True}
+SERVED_CONFIG = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 8, "vocab_size": 16, "tie_word_embeddings": True}
 TENSORS = {"model.embed_tokens.weight": (16, 8), "model.norm.weight": (8,)}
 
 
@@ -38,13 +36,16 @@ def test_matching_directory_passes_and_a_tied_head_is_tolerated(tmp_path: Path, 
     assert check_weight_dir(str(ok), SERVED_CONFIG, served) == ok
 
 
-@pytest.mark.parametrize("tensors, config, message", [
-    ({"model.embed_tokens.weight": (16, 4), "model.norm.weight": (8,)}, None, "has shape \\[16, 4\\]"),
-    ({"model.embed_tokens.weight": (16, 8)}, None, "'model.norm.weight' of the served model is missing"),
-    ({**TENSORS, "model.extra.weight": (2,)}, None, "'model.extra.weight' is not in the served model"),
-    (TENSORS, {**SERVED_CONFIG, "architectures": ["LlamaForCausalLM"]}, "architecture"),
-    (TENSORS, {**SERVED_CONFIG, "hidden_size": 16}, "hidden_size=16 differs"),
-])
+@pytest.mark.parametrize(
+    "tensors, config, message",
+    [
+        ({"model.embed_tokens.weight": (16, 4), "model.norm.weight": (8,)}, None, "has shape \\[16, 4\\]"),
+        ({"model.embed_tokens.weight": (16, 8)}, None, "'model.norm.weight' of the served model is missing"),
+        ({**TENSORS, "model.extra.weight": (2,)}, None, "'model.extra.weight' is not in the served model"),
+        (TENSORS, {**SERVED_CONFIG, "architectures": ["LlamaForCausalLM"]}, "architecture"),
+        (TENSORS, {**SERVED_CONFIG, "hidden_size": 16}, "hidden_size=16 differs"),
+    ],
+)
 def test_mismatched_directories_are_refused(tmp_path: Path, served: dict, tensors, config, message) -> None:
     bad = write(tmp_path / "bad", tensors, config)
     with pytest.raises(WeightError, match=message):

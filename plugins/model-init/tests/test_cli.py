@@ -1,10 +1,9 @@
 from __future__ import annotations
 
 import typer
-from typer.testing import CliRunner
-
 from prl_model_init import count_parameters
 from prl_model_init.plugin import prl_add_commands
+from typer.testing import CliRunner
 
 
 def _app() -> typer.Typer:
@@ -55,7 +54,9 @@ def test_prl_cli_runs_model_init(tmp_path):
 
     prl = Path(sys.executable).parent / "prl"
     out = tmp_path / "m"
-    res = subprocess.run([str(prl), "model", "init", "--preset", "tiny", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [str(prl), "model", "init", "--preset", "tiny", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert "wrote tiny model" in res.stdout and (out / "config.json").exists()
     assert "Writing model shards" not in res.stderr

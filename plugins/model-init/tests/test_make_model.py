@@ -4,10 +4,9 @@ import json
 
 import pytest
 import torch
+from prl_model_init import PRESETS, ModelInitError, count_parameters, make_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-from prl_model_init import PRESETS, ModelInitError, count_parameters, make_model
 
 
 def test_tiny_loads_with_auto_classes(tiny_dir):
@@ -42,7 +41,10 @@ def test_byte_level_round_trip_and_special_tokens(tiny_dir):
     assert tok.encode("A", add_special_tokens=False) == [ord("A")]
     for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>"):
         assert len(tok.encode(t, add_special_tokens=False)) == 1
-    assert tok.decode(tok.encode("<think>hi</think>", add_special_tokens=False), skip_special_tokens=True) == "<think>hi</think>"
+    assert (
+        tok.decode(tok.encode("<think>hi</think>", add_special_tokens=False), skip_special_tokens=True)
+        == "<think>hi</think>"
+    )
 
 
 def test_chat_template_renders_chatml_turns(tiny_dir):
@@ -61,7 +63,9 @@ def test_same_seed_same_weights_other_seed_differs(tmp_path, tiny_dir):
     other = load_file(make_model(tmp_path / "b", seed=1) / "model.safetensors")
     base = load_file(tiny_dir / "model.safetensors")
     assert all(torch.equal(base[k], again[k]) for k in base)
-    assert not torch.equal(base["model.layers.0.self_attn.q_proj.weight"], other["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        base["model.layers.0.self_attn.q_proj.weight"], other["model.layers.0.self_attn.q_proj.weight"]
+    )
 
 
 def test_refuses_non_empty_dir_and_unknown_preset(tmp_path):

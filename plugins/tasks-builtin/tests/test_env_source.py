@@ -8,11 +8,11 @@ import time
 
 import pytest
 from builtin_fakes import ByteRenderer, ScriptedClient, last_user
+from prl_tasks_builtin import ReverseText
 
 from prl.config.components import SourceConfig
 from prl.envs import EnvServerDied, EnvSource
 from prl.types import Generation, Sampling
-from prl_tasks_builtin import ReverseText
 
 
 def source(**kw) -> SourceConfig:
@@ -39,7 +39,9 @@ def test_rollout_is_stamped_with_source_and_version():
     env = EnvSource(source(), "train", None)
     run(env.start())
     task = env.tasks()[0]
-    trace = run(env.rollout(task, ScriptedClient(lambda m: last_user(m)[::-1]), ByteRenderer(), Sampling(), policy_version=7))
+    trace = run(
+        env.rollout(task, ScriptedClient(lambda m: last_user(m)[::-1]), ByteRenderer(), Sampling(), policy_version=7)
+    )
     assert trace.ok and trace.reward == 1.0
     assert trace.env == "rt" and trace.policy_version == 7 and trace.task_id == task.task_id and trace.trace_id
     env.check_alive()  # in-process: nothing to die

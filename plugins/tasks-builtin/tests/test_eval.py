@@ -32,6 +32,7 @@ def policy(monkeypatch):
         def counted(msgs):
             state["calls"] += 1
             return state["fn"](msgs)
+
         return ScriptedClient(counted)
 
     monkeypatch.setattr(prl.orchestrator, "build_client", make_client)

@@ -45,14 +45,21 @@ def server(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("inference")
     model = str(make_model(work / "tiny", preset="tiny", seed=0))
-    cfg = {"model": {"name": model}, "server": {"port": 0},
-           "backend": {"type": "torch", "ready_file": str(work / "ready"), "max_batch_size": 8, "max_prefill_tokens": 512}}
+    cfg = {
+        "model": {"name": model},
+        "server": {"port": 0},
+        "backend": {"type": "torch", "ready_file": str(work / "ready"), "max_batch_size": 8, "max_prefill_tokens": 512},
+    }
     (work / "inference.json").write_text(json.dumps(cfg))
     log = work / "server.log"
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "prl_inference_torch", str(work / "inference.json")],
-                                stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prl_inference_torch", str(work / "inference.json")],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = _wait_file(work / "ready", proc, log)
     yield {"url": url, "model": model}
     proc.terminate()
@@ -68,7 +75,7 @@ def _check_branch_alignment(trace):
     assert trace.ok, trace.error
     for b in trace.branches:
         assert len(b.token_ids) == len(b.sampled_mask) == len(b.logprobs)
-        sampled = [lp for lp, s in zip(b.logprobs, b.sampled_mask) if s]
+        sampled = [lp for lp, s in zip(b.logprobs, b.sampled_mask, strict=False) if s]
         assert 0 < len(sampled)
         assert all(math.isfinite(lp) and lp <= 0.0 for lp in sampled)
 
@@ -78,7 +85,11 @@ def test_builtin_rollouts_carry_exact_server_tokens(server):
 
     async def scenario():
         async with InferenceHTTPClient(server["url"], model=server["model"]) as client:
-            rt = EnvSource(SourceConfig.model_validate({"name": "rt", "env": {"taskset": {"id": "reverse-text", "num_eval": 2}}}), "eval", None)
+            rt = EnvSource(
+                SourceConfig.model_validate({"name": "rt", "env": {"taskset": {"id": "reverse-text", "num_eval": 2}}}),
+                "eval",
+                None,
+            )
             await rt.start()
             task = rt.tasks()[0]
             trace = await rt.rollout(task, client, renderer, Sampling(max_tokens=8, seed=1), 3)
@@ -89,12 +100,22 @@ def test_builtin_rollouts_carry_exact_server_tokens(server):
             assert 1 <= sum(branch.sampled_mask) <= 8 and 0.0 <= trace.reward <= 1.0
             assert trace.env == "rt" and trace.policy_version == 3
 
-            sort = EnvSource(SourceConfig.model_validate({"name": "as", "env": {"taskset": {"id": "alphabet-sort", "num_eval": 1, "num_turns": 2}}}), "eval", None)
+            sort = EnvSource(
+                SourceConfig.model_validate(
+                    {"name": "as", "env": {"taskset": {"id": "alphabet-sort", "num_eval": 1, "num_turns": 2}}}
+                ),
+                "eval",
+                None,
+            )
             trace = await sort.rollout(sort.tasks()[0], client, renderer, Sampling(max_tokens=6), 0)
             _check_branch_alignment(trace)
             assert trace.turns == 2 and 1 <= len(trace.branches) <= 2
 
-            poker = EnvSource(SourceConfig.model_validate({"name": "kp", "env": {"taskset": {"id": "kuhn-poker", "num_eval": 1}}}), "eval", None)
+            poker = EnvSource(
+                SourceConfig.model_validate({"name": "kp", "env": {"taskset": {"id": "kuhn-poker", "num_eval": 1}}}),
+                "eval",
+                None,
+            )
             trace = await poker.rollout(poker.tasks()[0], client, renderer, Sampling(max_tokens=4), 0)
             assert trace.ok and set(trace.agent_rewards) == {"player1", "player2"}
 
@@ -106,14 +127,22 @@ def test_env_server_serves_builtin_rollouts_over_prl_protocol(server, tmp_path):
     (tmp_path / "rt.json").write_text(json.dumps(SourceConfig.model_validate(src).model_dump(mode="json")))
     log = tmp_path / "env.log"
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "prl", "env-server", "@", str(tmp_path / "rt.json")], stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prl", "env-server", "@", str(tmp_path / "rt.json")],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
         address = _wait_file(tmp_path / "rt.address", proc, log)
         renderer = renderer_for(server["model"])
 
         async def scenario():
             async with InferenceHTTPClient(server["url"], model=server["model"]) as client:
-                env = EnvSource(SourceConfig.model_validate({**src, "env": {**src["env"], "serve": {"address": address}}}), "eval", None)
+                env = EnvSource(
+                    SourceConfig.model_validate({**src, "env": {**src["env"], "serve": {"address": address}}}),
+                    "eval",
+                    None,
+                )
                 await env.start()
                 trace = await env.rollout(env.tasks()[0], client, renderer, Sampling(max_tokens=8), 5)
                 await env.close()
@@ -128,12 +157,18 @@ def test_env_server_serves_builtin_rollouts_over_prl_protocol(server, tmp_path):
 
 
 def test_prl_eval_against_the_server(server, tmp_path, capsys):
-    cfg = EvalConfig.model_validate({
-        "output_dir": str(tmp_path), "run": {"name": "ev"}, "model": {"name": server["model"]},
-        "client": {"base_url": server["url"]}, "num_examples": 3, "group_size": 2,
-        "sampling": {"max_completion_tokens": 8},
-        "source": [{"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}],
-    })
+    cfg = EvalConfig.model_validate(
+        {
+            "output_dir": str(tmp_path),
+            "run": {"name": "ev"},
+            "model": {"name": server["model"]},
+            "client": {"base_url": server["url"]},
+            "num_examples": 3,
+            "group_size": 2,
+            "sampling": {"max_completion_tokens": 8},
+            "source": [{"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}],
+        }
+    )
     assert run_eval(cfg, tmp_path / "ev") == 0
     out = capsys.readouterr().out
     assert "Evaluated reverse-text" in out and "Reward " in out

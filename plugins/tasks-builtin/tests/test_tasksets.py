@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 from builtin_fakes import END, ByteRenderer, ScriptedClient, last_user
-
-from prl.types import Sampling
 from prl_tasks_builtin import AlphabetSort, KuhnPoker, ProposerSolver, ReverseText
 from prl_tasks_builtin.proposer_solver import evaluate
 from prl_tasks_builtin.scoring import lcs_ratio
+
+from prl.types import Sampling
 
 
 def run(coro):
@@ -79,7 +79,7 @@ def test_alphabet_sort_multi_turn_branches(bridge):
     for b in trace.branches:
         assert len(b.token_ids) == len(b.sampled_mask) == len(b.logprobs) == len(b.roles)
     # the sampled tokens are exactly the replies the client returned, in order
-    sampled = [t for b in trace.branches for t, s in zip(b.token_ids, b.sampled_mask) if s]
+    sampled = [t for b in trace.branches for t, s in zip(b.token_ids, b.sampled_mask, strict=False) if s]
     replies = [m["content"] for m in trace.messages if m["role"] == "assistant"]
     assert sampled == [t for r in replies for t in (*r.encode(), END)]
     assert [m["role"] for m in trace.messages].count("assistant") == 3
@@ -101,6 +101,7 @@ def _always(action_for_options):
             if opts in text:
                 return act
         return "?"
+
     return policy
 
 

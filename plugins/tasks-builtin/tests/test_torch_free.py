@@ -9,7 +9,8 @@ def test_envs_eval_and_builtin_tasksets_never_import_torch():
         "import sys, prl.envs, prl.envs.server, prl.eval, prl_tasks_builtin\n"
         "from prl.envs import EnvSource\n"
         "from prl.config.components import SourceConfig\n"
-        "s = EnvSource(SourceConfig.model_validate({'name': 'a', 'env': {'taskset': {'id': 'alphabet-sort', 'num_train': 3}}}), 'train', None)\n"
+        "cfg = {'name': 'a', 'env': {'taskset': {'id': 'alphabet-sort', 'num_train': 3}}}\n"
+        "s = EnvSource(SourceConfig.model_validate(cfg), 'train', None)\n"
         "assert len(s.tasks()) == 3\n"
         "print('HEAVY', [m for m in ('torch', 'transformers', 'vllm') if m in sys.modules])\n"
     )

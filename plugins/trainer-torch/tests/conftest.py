@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+
 from prl.contracts.renderer import Rendered, Renderer, RendererConfig
 from prl.plugins import get_registry, register_inline
 
@@ -25,8 +26,9 @@ class _Qwen3Adapter(Renderer):
 
     def __init__(self, config, tokenizer: str) -> None:
         super().__init__(config, tokenizer)
-        from renderers import Qwen3Renderer
         from transformers import AutoTokenizer
+
+        from renderers import Qwen3Renderer
 
         self.inner = Qwen3Renderer(AutoTokenizer.from_pretrained(tokenizer))
 
@@ -39,7 +41,11 @@ class _Qwen3Adapter(Renderer):
 
     def parse_response(self, token_ids, tools=None, prompt_ids=None):
         parsed = self.inner.parse_response(token_ids)
-        return {"content": parsed.content, "reasoning_content": parsed.reasoning_content, "tool_calls": parsed.tool_calls}
+        return {
+            "content": parsed.content,
+            "reasoning_content": parsed.reasoning_content,
+            "tool_calls": parsed.tool_calls,
+        }
 
     def get_stop_token_ids(self):
         return list(self.inner.get_stop_token_ids())
@@ -107,4 +113,3 @@ def make_sft_config(tmp_path: Path, model: Path, data_path: Path, **overrides):
         if key not in overrides.get("monitors", {}):
             setattr(cfg.monitors, key, None)
     return cfg
-

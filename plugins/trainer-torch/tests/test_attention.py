@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from prl_trainer_torch import attention
 from prl_trainer_torch.model import Dist, load_hf_model, parallelize
 
@@ -34,13 +33,14 @@ def test_auto_is_sdpa_without_cuda_and_varlen_refused_with_reason():
 def _per_document_varlen(calls):
     """A stand-in with the signature of torch 2.11's varlen_attn (no GQA, window_size)."""
 
-    def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
-                    window_size=(-1, -1)):
+    def varlen_attn(
+        query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
         assert query.shape[1] == key.shape[1], "kv heads must be repeated for this signature"
         assert window_size == (-1, 0)
         calls.append((cu_seq_q.tolist(), max_q))
         out = torch.empty_like(query)
-        for a, b in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist()):
+        for a, b in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist(), strict=False):
             assert b - a <= max_q
             q, k, v = (x[a:b].transpose(0, 1) for x in (query, key, value))
             out[a:b] = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale).transpose(0, 1)

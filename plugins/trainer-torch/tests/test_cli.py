@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
-from typer.testing import CliRunner
-
 from prl_trainer_torch.cli import add_commands
 from prl_trainer_torch.reverse_text import lcs_ratio
+from typer.testing import CliRunner
 
 
 def _app() -> typer.Typer:
@@ -18,7 +17,9 @@ def _app() -> typer.Typer:
 
 
 def test_reverse_text_data_has_disjoint_held_out_split(tmp_path):
-    result = CliRunner().invoke(_app(), ["data", "reverse-text", "--out", str(tmp_path), "--train", "300", "--val", "30"])
+    result = CliRunner().invoke(
+        _app(), ["data", "reverse-text", "--out", str(tmp_path), "--train", "300", "--val", "30"]
+    )
     assert result.exit_code == 0, result.output
     train = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
     val = [json.loads(x) for x in (tmp_path / "val.jsonl").read_text().splitlines()]
@@ -49,9 +50,28 @@ def test_bad_row_met_during_training_is_one_line_and_exit_2(tmp_path, tiny_model
     rows[7] = {"prompt": "x", "completion": 5}
     data = tmp_path / "bad.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cmd = [sys.executable, "-m", "prl", "sft", "--model.name", str(tiny_model), "--renderer.name", "qwen3",
-           "--data.name", str(data), "--data.batch-size", "2", "--data.num-workers", "2", "--data.shuffle", "false",
-           "--max-steps", "5", "--output-dir", str(tmp_path / "out")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "prl",
+        "sft",
+        "--model.name",
+        str(tiny_model),
+        "--renderer.name",
+        "qwen3",
+        "--data.name",
+        str(data),
+        "--data.batch-size",
+        "2",
+        "--data.num-workers",
+        "2",
+        "--data.shuffle",
+        "false",
+        "--max-steps",
+        "5",
+        "--output-dir",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Data error: row 7: column 'completion' must be a list of messages or a string, got int" in proc.stderr

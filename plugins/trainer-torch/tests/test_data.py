@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from prl_trainer_torch.data import RowRenderer, Sample, pack
+
 from prl.config.roots import SFTDataConfig
 from prl.plugins import get_registry
-
-from prl_trainer_torch.data import RowRenderer, Sample, pack
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def _trained_text(rr, sample: Sample) -> str:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(rr.tokenizer)
-    return tok.decode([t for t, m in zip(sample.targets, sample.mask) if m])
+    return tok.decode([t for t, m in zip(sample.targets, sample.mask, strict=False) if m])
 
 
 def test_prompt_completion_trains_only_the_completion(rows):
@@ -72,7 +72,10 @@ def test_renamed_columns_and_json_tools(rows):
         ({"prompt": "p"}, "row 7: needs column 'messages'"),
         ({"messages": [{"content": "no role"}]}, "row 7: column 'messages' message 0"),
         ({"prompt": "p", "completion": "c", "tools": "{not json"}, "row 7: column 'tools' is not valid JSON"),
-        ({"messages": [{"role": "user", "content": "q"}], "message_loss_mask": [True, True]}, "row 7: column 'message_loss_mask'"),
+        (
+            {"messages": [{"role": "user", "content": "q"}], "message_loss_mask": [True, True]},
+            "row 7: column 'message_loss_mask'",
+        ),
     ],
 )
 def test_bad_row_names_row_and_column(rows, row, message):
@@ -88,7 +91,11 @@ def test_long_samples_are_cut_and_untrainable_ones_skipped(rows):
 
 
 def test_packing_resets_positions_and_pads():
-    samples = [Sample([1, 2, 3], [2, 3, 4], [True] * 3), Sample([5, 6], [6, 7], [False, True]), Sample([8] * 4, [9] * 4, [True] * 4)]
+    samples = [
+        Sample([1, 2, 3], [2, 3, 4], [True] * 3),
+        Sample([5, 6], [6, 7], [False, True]),
+        Sample([8] * 4, [9] * 4, [True] * 4),
+    ]
     rows = list(pack(iter(samples), 6))
     assert [r.num_samples for r in rows] == [2, 1]
     assert rows[0].position_ids.tolist() == [0, 1, 2, 0, 1, 0]

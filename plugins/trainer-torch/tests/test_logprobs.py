@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from prl_trainer_torch import logprobs
 from prl_trainer_torch.logprobs import chunked_logprobs
 from prl_trainer_torch.model import Dist, load_hf_model, parallelize

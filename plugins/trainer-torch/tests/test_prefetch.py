@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from prl_trainer_torch.loader import SampleSource, SFTLoader
 
 
@@ -19,8 +18,9 @@ def test_every_worker_count_gives_the_same_rows(tmp_path, tiny_model, reverse_da
     train, _ = reverse_data
     # 400 rows, 8 rows per step: 12 steps cross the epoch boundary with every worker count.
     streams = {
-        workers: _steps(sft_config(tmp_path, tiny_model, train, data={"num_workers": workers, "batch_size": 8}),
-                        tiny_model, 12)
+        workers: _steps(
+            sft_config(tmp_path, tiny_model, train, data={"num_workers": workers, "batch_size": 8}), tiny_model, 12
+        )
         for workers in (0, 1, 2)
     }
     assert streams[0] == streams[1] == streams[2]

@@ -15,15 +15,15 @@ import torch
 pytest.importorskip("prl_weights_filesystem")
 pytest.importorskip("prl_loss_ipo")
 
+from prl_trainer_torch.rl import RLRun  # noqa: E402
+from prl_weights_filesystem import FilesystemWeights  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
 from prl.config.components import TrainerConfig  # noqa: E402
 from prl.orchestrator.packing import pack  # noqa: E402
 from prl.orchestrator.transport import write_batch  # noqa: E402
 from prl.rl_launch import prepare_scratch  # noqa: E402
 from prl.types import TrainingSample  # noqa: E402
-from prl_weights_filesystem import FilesystemWeights  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
-
-from prl_trainer_torch.rl import RLRun  # noqa: E402
 
 PROMPT = [256, 10, 20, 30, 40, 257]
 GOOD, BAD = [65, 66, 67, 258], [90, 91, 92, 258]

@@ -7,12 +7,12 @@ from typing import ClassVar, Literal
 
 import pytest
 import torch
-from prl.contracts.monitor import Monitor, MonitorConfig
-
 from prl_trainer_torch.checkpoint import complete_steps
 from prl_trainer_torch.export import export_checkpoint
 from prl_trainer_torch.sft import SFTRun
 from prl_trainer_torch.trainer import TorchTrainer
+
+from prl.contracts.monitor import Monitor, MonitorConfig
 
 
 class Recorder(Monitor):
@@ -52,7 +52,11 @@ def losses(rows) -> dict[int, float]:
 def test_sft_learns_and_logs_metrics(tmp_path, tiny_model, reverse_data, recorder, sft_config):
     train, val = reverse_data
     cfg = sft_config(
-        tmp_path, tiny_model, train, max_steps=6, monitors={"record": {}},
+        tmp_path,
+        tiny_model,
+        train,
+        max_steps=6,
+        monitors={"record": {}},
         val={"interval": 3, "data": {"name": str(val), "seq_len": 64, "batch_size": 4, "shuffle": False}},
     )
     assert TorchTrainer.run_sft(cfg) == 0
@@ -62,8 +66,16 @@ def test_sft_learns_and_logs_metrics(tmp_path, tiny_model, reverse_data, recorde
     assert list(loss) == [1, 2, 3, 4, 5, 6]
     assert loss[6] < loss[1] - 1.0
     last = rows[-1][2]
-    for key in ("loss/perplexity", "optim/lr", "optim/grad_norm", "perf/throughput", "perf/peak_memory", "time/step",
-                "progress/num_tokens", "val/loss"):
+    for key in (
+        "loss/perplexity",
+        "optim/lr",
+        "optim/grad_norm",
+        "perf/throughput",
+        "perf/peak_memory",
+        "time/step",
+        "progress/num_tokens",
+        "val/loss",
+    ):
         assert key in last, key
     vals = [m["val/loss"] for _, _, m in rows if "val/loss" in m]
     assert len(vals) == 2 and vals[1] < vals[0]
@@ -132,12 +144,15 @@ def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, sft_config):
 
     fake = {"type": "fake", "seq_len": 32, "batch_size": 4}
     for name, workers in (("one", 1), ("two", 2)):
-        cfg = sft_config(tmp_path, tiny_model, "unused", run={"name": name}, num_workers=workers, data=fake, ckpt={},
-                         max_steps=2)
+        cfg = sft_config(
+            tmp_path, tiny_model, "unused", run={"name": name}, num_workers=workers, data=fake, ckpt={}, max_steps=2
+        )
         assert TorchTrainer.run_sft(cfg) == 0
     weights = []
     for name in ("one", "two"):
-        out = export_checkpoint(tmp_path / "outputs" / name / "checkpoints" / "step_2", tmp_path / f"hf-{name}", "float32")
+        out = export_checkpoint(
+            tmp_path / "outputs" / name / "checkpoints" / "step_2", tmp_path / f"hf-{name}", "float32"
+        )
         weights.append(load_file(out / "model.safetensors"))
     for key in weights[0]:
         torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
@@ -148,12 +163,19 @@ def test_mixed_splits_report_their_ratios(tmp_path, tiny_model, reverse_data, re
 
     train, _ = reverse_data
     rows = [json.loads(line) for line in train.read_text().splitlines()]
-    parts = datasets.DatasetDict({
-        "easy": datasets.Dataset.from_list(rows[:200]), "hard": datasets.Dataset.from_list(rows[200:]),
-    })
+    parts = datasets.DatasetDict(
+        {
+            "easy": datasets.Dataset.from_list(rows[:200]),
+            "hard": datasets.Dataset.from_list(rows[200:]),
+        }
+    )
     parts.save_to_disk(str(tmp_path / "mix"))
     cfg = sft_config(
-        tmp_path, tiny_model, tmp_path / "mix", max_steps=3, monitors={"record": {}},
+        tmp_path,
+        tiny_model,
+        tmp_path / "mix",
+        max_steps=3,
+        monitors={"record": {}},
         data={"splits": ["easy", "hard"], "probabilities": [0.8, 0.2], "batch_size": 8},
     )
     assert TorchTrainer.run_sft(cfg) == 0

@@ -9,9 +9,9 @@ import sys
 import threading
 
 import pytest
+from prl_weights_filesystem.transport import FilesystemWeights, save_safetensors
 
 from prl.config.sections import WeightBroadcastConfig
-from prl_weights_filesystem.transport import FilesystemWeights, save_safetensors
 
 torch = pytest.importorskip("torch")
 

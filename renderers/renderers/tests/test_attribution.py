@@ -10,19 +10,33 @@ from transformers import PreTrainedTokenizerFast
 SYSTEM = {"role": "system", "content": "Reverse the text."}
 USER = {"role": "user", "content": "hello"}
 ASSISTANT = {"role": "assistant", "content": "olleh"}
-TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a word.",
-          "parameters": {"type": "object", "properties": {"word": {"type": "string"}, "n": {"type": "integer"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Find a word.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}, "n": {"type": "integer"}}},
+        },
+    }
+]
 TOOL_TURN = [
     {"role": "user", "content": "look up cat"},
-    {"role": "assistant", "content": "", "reasoning_content": "need the tool",
-     "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": {"word": "cat", "n": 2}}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "need the tool",
+        "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": {"word": "cat", "n": 2}}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "c0", "content": "feline"},
     {"role": "assistant", "content": "It is a feline."},
 ]
 
 
 def owned_text(tok, rendered, i):
-    return tok.decode([t for t, m in zip(rendered.token_ids, rendered.message_index) if m == i])
+    return tok.decode([t for t, m in zip(rendered.token_ids, rendered.message_index, strict=False) if m == i])
 
 
 @pytest.fixture(scope="module")
@@ -45,21 +59,27 @@ def test_role_attribution_is_exact(make, tiny_dir, tok, name):
     assert owned_text(tok, out, 1) == "hello"
     # the assistant owns exactly what the model samples after "<|im_start|>assistant\n"
     assert owned_text(tok, out, 2) == "<think>\n\n</think>\n\nolleh<|im_end|>"
-    template = tok.decode([t for t, m in zip(out.token_ids, out.message_index) if m == -1])
+    template = tok.decode([t for t, m in zip(out.token_ids, out.message_index, strict=False) if m == -1])
     assert template == "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n\n"
-    assert {role for role, m in zip(out.roles, out.message_index) if m == -1} == {"template"}
+    assert {role for role, m in zip(out.roles, out.message_index, strict=False) if m == -1} == {"template"}
     assert [out.roles[k] for k in range(len(out.roles)) if out.message_index[k] == 2][0] == "assistant"
 
 
 def test_generation_prompt_is_template(make, tiny_dir, tok):
     out = make("qwen3", tiny_dir).render([USER], add_generation_prompt=True)
-    tail = tok.decode(out.token_ids[-len("<|im_start|>assistant\n") + len("<|im_start|>") - 1:])
+    tail = tok.decode(out.token_ids[-len("<|im_start|>assistant\n") + len("<|im_start|>") - 1 :])
     assert tail == "<|im_start|>assistant\n"
     assert out.message_index[-11:] == [-1] * 11
 
 
-@pytest.mark.parametrize("tools,messages", [(None, [SYSTEM, USER, ASSISTANT, {"role": "user", "content": "again"}]),
-                                            (TOOLS, [SYSTEM, *TOOL_TURN]), (TOOLS, TOOL_TURN)])
+@pytest.mark.parametrize(
+    "tools,messages",
+    [
+        (None, [SYSTEM, USER, ASSISTANT, {"role": "user", "content": "again"}]),
+        (TOOLS, [SYSTEM, *TOOL_TURN]),
+        (TOOLS, TOOL_TURN),
+    ],
+)
 def test_family_matches_hf_template_and_default(make, tiny_dir, tok, tools, messages):
     """The tiny model's chat template (what vLLM's chat endpoint uses) and the qwen3 renderer agree."""
     fam, gen = make("qwen3", tiny_dir), make("default", tiny_dir)
@@ -94,7 +114,7 @@ def test_parse_response_round_trip(make, tiny_dir, tok, name):
     r = make(name, tiny_dir, **cfg)
     msgs = [*TOOL_TURN[:1], TOOL_TURN[1]]
     out = r.render(msgs, TOOLS)
-    sampled = [t for t, m in zip(out.token_ids, out.message_index) if m == 1]
+    sampled = [t for t, m in zip(out.token_ids, out.message_index, strict=False) if m == 1]
     prompt = r.render_ids(msgs[:1], TOOLS, add_generation_prompt=True)
     msg = r.parse_response(sampled, TOOLS, prompt)
     assert msg["role"] == "assistant"
@@ -103,7 +123,9 @@ def test_parse_response_round_trip(make, tiny_dir, tok, name):
     (call,) = msg["tool_calls"]
     assert call["function"]["name"] == "lookup"
     assert json.loads(call["function"]["arguments"]) == {"word": "cat", "n": 2}
-    plain = r.parse_response(tok.encode("<think>\nhm\n</think>\n\nolleh", add_special_tokens=False) + r.get_stop_token_ids()[:1])
+    plain = r.parse_response(
+        tok.encode("<think>\nhm\n</think>\n\nolleh", add_special_tokens=False) + r.get_stop_token_ids()[:1]
+    )
     assert plain["content"].strip() == "olleh" and plain["reasoning_content"].strip() == "hm"
     assert "tool_calls" not in plain
 
@@ -115,7 +137,10 @@ def test_bridge_to_next_turn_extends_sampled_sequence(make, tiny_dir, tok):
     tool = [{"role": "tool", "content": "42"}]
     # tool results bridge into one user turn of tool responses, appended after the sample
     suffix = r.bridge_to_next_turn(prompt, completion, tool)
-    assert tok.decode(suffix) == "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(suffix)
+        == "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     # a completion cut off by max_tokens gets its end-of-turn token synthesised
     cut = r.bridge_to_next_turn(prompt, completion[:-3], tool)
     assert tok.decode(cut).startswith("<|im_end|>\n<|im_start|>user\n<tool_response>")
@@ -124,7 +149,10 @@ def test_bridge_to_next_turn_extends_sampled_sequence(make, tiny_dir, tok):
     assert r.bridge_to_next_turn(prompt, completion, again) is None
     # ... unless past reasoning is retained, then the user turn is bridged too
     keep = make("qwen3", tiny_dir, thinking_retention="all")
-    assert tok.decode(keep.bridge_to_next_turn(prompt, completion, again)) == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(keep.bridge_to_next_turn(prompt, completion, again))
+        == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert r.bridge_to_next_turn(prompt, completion, [ASSISTANT]) is None
     assert make("default", tiny_dir).bridge_to_next_turn(prompt, completion, tool) is None
 

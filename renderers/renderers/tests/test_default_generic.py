@@ -19,12 +19,16 @@ def test_default_attributes_an_unknown_template(tiny_dir, tmp_path, make, unmark
     cfg["eos_token"] = "<|endoftext|>"
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     r = make("default", d)
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ih"}, {"role": "user", "content": "yo"}]
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ih"},
+        {"role": "user", "content": "yo"},
+    ]
     out = r.render(msgs, add_generation_prompt=True)
     tok = r.tokenizer
 
     def owned(i):
-        return tok.decode([t for t, m in zip(out.token_ids, out.message_index) if m == i])
+        return tok.decode([t for t, m in zip(out.token_ids, out.message_index, strict=False) if m == i])
 
     assert tok.decode(out.token_ids) == "<|im_start|>USER: hi\nBOT: ih<|endoftext|>\n\n<|im_start|>USER: yo\nBOT: "
     assert owned(0) == "hi" and owned(2) == "yo"

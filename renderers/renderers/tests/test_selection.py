@@ -8,12 +8,12 @@ import sys
 import textwrap
 
 import pytest
+from prl_renderers import RendererError
 from pydantic import TypeAdapter, ValidationError
 
 from prl.config.base import PluginConfig
 from prl.contracts import Renderer, RendererConfig
 from prl.plugins import get_registry
-from prl_renderers import RendererError
 
 USER = [{"role": "user", "content": "abc"}]
 
@@ -104,18 +104,23 @@ def test_custom_from_relative_file_and_dotted_path(tiny_dir, tmp_path, monkeypat
     cls = get_registry().get("renderers", "custom")
     r = cls(cfg, str(tiny_dir))
     out = r.render(USER, add_generation_prompt=True)
-    assert r.tokenizer.decode([t for t, m in zip(out.token_ids, out.message_index) if m == 0]) == "ABC"
+    assert r.tokenizer.decode([t for t, m in zip(out.token_ids, out.message_index, strict=False) if m == 0]) == "ABC"
     dotted = make("custom", tiny_dir, import_path="prl_renderers.families.Qwen3Renderer", enable_thinking=False)
-    assert dotted.render_ids(USER, add_generation_prompt=True) == make("qwen3", tiny_dir, enable_thinking=False).render_ids(USER, add_generation_prompt=True)
+    assert dotted.render_ids(USER, add_generation_prompt=True) == make(
+        "qwen3", tiny_dir, enable_thinking=False
+    ).render_ids(USER, add_generation_prompt=True)
 
 
-@pytest.mark.parametrize("path,expected", [
-    ("nope.mod.Renderer", "module 'nope' not found"),
-    ("missing_file.py:Renderer", "does not exist"),
-    ("prl_renderers.default.Nope", "has no attribute 'Nope'"),
-    ("prl_renderers.default.TEMPLATE_ROLE", "not a class"),
-    ("json.JSONDecoder", "must set config_class"),
-])
+@pytest.mark.parametrize(
+    "path,expected",
+    [
+        ("nope.mod.Renderer", "module 'nope' not found"),
+        ("missing_file.py:Renderer", "does not exist"),
+        ("prl_renderers.default.Nope", "has no attribute 'Nope'"),
+        ("prl_renderers.default.TEMPLATE_ROLE", "not a class"),
+        ("json.JSONDecoder", "must set config_class"),
+    ],
+)
 def test_bad_import_path_is_one_line(path, expected):
     with pytest.raises(ValidationError) as err:
         config({"name": "custom", "import_path": path})

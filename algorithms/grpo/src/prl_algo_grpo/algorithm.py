@@ -34,7 +34,6 @@ from typing import ClassVar, Literal
 
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
-
 from prl_algo_grpo.tokens import assign, context_tokens, sampled_tokens
 
 OUTPUT_WEIGHT = 0.25
@@ -82,7 +81,7 @@ class GRPO(Algorithm):
             lengths = [sampled_tokens(t) for t in group]
             total = sum(lengths)
             if total:
-                baseline = sum(n * r for n, r in zip(lengths, rewards)) / total
+                baseline = sum(n * r for n, r in zip(lengths, rewards, strict=False)) / total
         return [r - baseline for r in rewards]
 
 
@@ -98,8 +97,6 @@ def length_penalised(group: list[Trace], rewards: list[float]) -> list[float]:
         return values[i] / top if top > 0 else 0.0
 
     return [
-        r
-        - mean_reward
-        * (OUTPUT_WEIGHT * frac(outs, i) + INPUT_WEIGHT * frac(ins, i) + TURNS_WEIGHT * frac(turns, i))
+        r - mean_reward * (OUTPUT_WEIGHT * frac(outs, i) + INPUT_WEIGHT * frac(ins, i) + TURNS_WEIGHT * frac(turns, i))
         for i, r in enumerate(rewards)
     ]

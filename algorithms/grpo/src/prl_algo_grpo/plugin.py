@@ -1,7 +1,6 @@
 """Registers the ``grpo`` algorithm with prl."""
 
 from prl import hookimpl
-
 from prl_algo_grpo.algorithm import GRPO
 
 

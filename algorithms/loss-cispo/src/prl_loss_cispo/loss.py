@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
+from prl_loss_common import RatioBandConfig, log_band, masked_fraction, rl_tokens, zero_where
+from pydantic import Field
+
+from prl.contracts.loss import Loss, LossInputs, LossOutputs
 from prl.lazy import lazy_import
 
 torch = lazy_import("torch")  # registry loads must stay torch-free
-from prl.contracts.loss import Loss, LossInputs, LossOutputs
-from prl_loss_common import RatioBandConfig, log_band, masked_fraction, rl_tokens, zero_where
-from pydantic import Field
 
 
 class CISPOLoss(Loss):

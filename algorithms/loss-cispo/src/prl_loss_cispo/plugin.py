@@ -1,7 +1,6 @@
 """Registers the ``cispo`` loss with prl."""
 
 from prl import hookimpl
-
 from prl_loss_cispo.loss import CISPOLoss
 
 

@@ -23,13 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prl.lazy import lazy_import
-
-torch = lazy_import("torch")  # registry loads must stay torch-free
-if TYPE_CHECKING:
-    from torch import Tensor
 from prl.contracts.loss import LossOutputs
-
+from prl.lazy import lazy_import
 from prl_loss_common.ratios import (
     capped_ratio,
     log_ratio,
@@ -38,6 +33,10 @@ from prl_loss_common.ratios import (
     mismatch_kl,
     zero_where,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
+torch = lazy_import("torch")  # registry loads must stay torch-free
 
 REF_KL_MAX_RATIO = 1e4
 REF_KL_PROB_DROP = 0.2
@@ -64,8 +63,7 @@ def ref_kl_loss(
     if ref_logprobs is None:
         if bool(active.any()):
             raise ValueError(
-                "ref_kl_weights are set but ref_logprobs is missing; "
-                "use an algorithm that provides them (opd, opsd)"
+                "ref_kl_weights are set but ref_logprobs is missing; use an algorithm that provides them (opd, opsd)"
             )
         ref_logprobs = trainer_logprobs.detach()
     log_r = log_ratio(trainer_logprobs, inference_logprobs)

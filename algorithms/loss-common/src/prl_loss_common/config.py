@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from prl.contracts.loss import LossConfig
 from pydantic import model_validator
+
+from prl.contracts.loss import LossConfig
 
 
 class RatioBandConfig(LossConfig):

@@ -17,20 +17,18 @@ and contributes 0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import copy
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prl.lazy import lazy_import
-
-torch = lazy_import("torch")  # registry loads must stay torch-free
-if TYPE_CHECKING:
-    from torch import Tensor
 from prl.contracts.loss import Loss, LossInputs
-
+from prl.lazy import lazy_import
 from prl_loss_common.components import ce_loss, ref_kl_loss
 from prl_loss_common.ratios import rl_mask
+
+if TYPE_CHECKING:
+    from torch import Tensor
+torch = lazy_import("torch")  # registry loads must stay torch-free
 
 
 @dataclass

@@ -17,9 +17,8 @@ at 60 so an extreme token gives a large finite number rather than inf.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import math
+from typing import TYPE_CHECKING, Any
 
 from prl.lazy import lazy_import
 

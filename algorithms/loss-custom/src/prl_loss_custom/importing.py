@@ -12,17 +12,16 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 def check_import_path(value: str) -> str:
     """Validate the shape of ``value`` without importing anything."""
     module, _, name = _split(value)
     if not module or not name or not name.isidentifier():
-        raise ValueError(
-            f"import_path '{value}' must look like 'pkg.mod.fn', 'pkg.mod:fn' or 'path/file.py:fn'"
-        )
+        raise ValueError(f"import_path '{value}' must look like 'pkg.mod.fn', 'pkg.mod:fn' or 'path/file.py:fn'")
     return value
 
 

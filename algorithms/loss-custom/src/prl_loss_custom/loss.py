@@ -21,9 +21,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar, Literal
 
-from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from pydantic import field_validator
 
+from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl_loss_custom.importing import check_import_path, load_callable
 
 

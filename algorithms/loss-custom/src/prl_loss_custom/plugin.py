@@ -1,7 +1,6 @@
 """Registers the ``custom`` loss with prl."""
 
 from prl import hookimpl
-
 from prl_loss_custom.loss import CustomLoss
 
 

@@ -1,7 +1,6 @@
 """Registers the ``icepop`` loss with prl."""
 
 from prl import hookimpl
-
 from prl_loss_icepop.loss import IcePopLoss
 
 

@@ -27,19 +27,18 @@ the kept tokens).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from prl.lazy import lazy_import
-
-torch = lazy_import("torch")  # registry loads must stay torch-free
-if TYPE_CHECKING:
-    from torch import Tensor
-from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl_loss_common import abs_prob_diff, capped_ratio, mismatch_metrics, rl_tokens, zero_where
 from pydantic import Field
+
+from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
+from prl.lazy import lazy_import
+
+if TYPE_CHECKING:
+    from torch import Tensor
+torch = lazy_import("torch")  # registry loads must stay torch-free
 
 
 class IPOLoss(Loss):

@@ -1,7 +1,6 @@
 """Registers the ``ipo`` loss with prl."""
 
 from prl import hookimpl
-
 from prl_loss_ipo.loss import IPOLoss
 
 

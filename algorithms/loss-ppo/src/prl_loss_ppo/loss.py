@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, ClassVar, Literal
 
+from prl_loss_common import capped_ratio, masked_fraction, rl_tokens, zero_where
+from pydantic import Field, model_validator
+
+from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl.lazy import lazy_import
 
 torch = lazy_import("torch")  # registry loads must stay torch-free
-from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_common import capped_ratio, masked_fraction, rl_tokens, zero_where
-from pydantic import Field, model_validator
 
 
 class PPOLoss(Loss):
@@ -50,8 +51,7 @@ class PPOLoss(Loss):
         def _cap(self):
             if self.max_importance_ratio < self.ratio_high:
                 raise ValueError(
-                    f"max_importance_ratio ({self.max_importance_ratio}) must be >= "
-                    f"ratio_high ({self.ratio_high})"
+                    f"max_importance_ratio ({self.max_importance_ratio}) must be >= ratio_high ({self.ratio_high})"
                 )
             return self
 

@@ -1,7 +1,6 @@
 """Registers the ``ppo`` loss with prl."""
 
 from prl import hookimpl
-
 from prl_loss_ppo.loss import PPOLoss
 
 

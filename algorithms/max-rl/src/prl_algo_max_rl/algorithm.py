@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from prl_algo_grpo.tokens import assign
+
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
-from prl_algo_grpo.tokens import assign
 
 
 class MaxRL(Algorithm):

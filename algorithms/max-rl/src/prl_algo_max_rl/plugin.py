@@ -1,7 +1,6 @@
 """Registers the ``max_rl`` algorithm with prl."""
 
 from prl import hookimpl
-
 from prl_algo_max_rl.algorithm import MaxRL
 
 

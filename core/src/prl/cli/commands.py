@@ -43,8 +43,15 @@ def _plugin(kind: str, tag: str):
 def _prepare(entry: str, cfg, res: Resolved, resolved: dict, rl: bool = False) -> RunPaths:
     run_dir = run_dir_of(cfg.output_dir, cfg.run.name, cfg.run.dir)
     paths = prepare_run(
-        entry, res.parsed_argv, res.parsed.root_files, run_dir, cfg.output_dir, resolved,
-        clean=cfg.clean, resume=cfg.resume, rl=rl,
+        entry,
+        res.parsed_argv,
+        res.parsed.root_files,
+        run_dir,
+        cfg.output_dir,
+        resolved,
+        clean=cfg.clean,
+        resume=cfg.resume,
+        rl=rl,
     )
     os.environ["PRL_RUN_NAME"] = cfg.run.name
     os.environ["PRL_RUN_ID"] = cfg.run.name
@@ -82,7 +89,10 @@ def cmd_rl(argv: list[str]) -> int:
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
     if cfg.inference is not None:
         resolved["inference"] = cfg.inference
-    for split, sources in (("train", cfg.orchestrator.train.source), ("eval", cfg.orchestrator.eval.source if cfg.orchestrator.eval else [])):
+    for split, sources in (
+        ("train", cfg.orchestrator.train.source),
+        ("eval", cfg.orchestrator.eval.source if cfg.orchestrator.eval else []),
+    ):
         for source in sources:
             resolved[f"envs/{split}/{source.name}"] = source
     paths = _prepare("rl", cfg, res, resolved, rl=True)
@@ -125,7 +135,9 @@ def cmd_eval(argv: list[str]) -> int:
     res.parsed_argv = argv
     cfg = res.config
     if not cfg.source:
-        raise ConfigError("--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)")
+        raise ConfigError(
+            "--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)"
+        )
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
     paths = _prepare("eval", cfg, res, {"eval": cfg})
@@ -184,7 +196,10 @@ def cmd_env_server(argv: list[str]) -> int:
     if res is None:
         return 0
     if len(res.parsed.root_files) != 1:
-        raise ConfigError("prl env-server takes one resolved source file: prl env-server @ <run>/configs/latest/resolved/envs/train/<name>.json")
+        raise ConfigError(
+            "prl env-server takes one resolved source file: "
+            "prl env-server @ <run>/configs/latest/resolved/envs/train/<name>.json"
+        )
     try:
         from prl.envs.server import main as serve_main
     except ImportError as exc:

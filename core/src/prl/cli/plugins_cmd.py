@@ -14,13 +14,15 @@ def show_plugins(as_json: bool) -> int:
     registry = get_registry()
     rows = []
     for plugin in registry.describe():
-        rows.append({
-            "name": plugin.name,
-            "distribution": plugin.dist,
-            "version": plugin.version,
-            "registers": {kind: sorted(tags) for kind, tags in plugin.registers.items()},
-            "hooks": sorted(h.name for h in registry.pm.get_hookcallers(registry.pm.get_plugin(plugin.name)) or []),
-        })
+        rows.append(
+            {
+                "name": plugin.name,
+                "distribution": plugin.dist,
+                "version": plugin.version,
+                "registers": {kind: sorted(tags) for kind, tags in plugin.registers.items()},
+                "hooks": sorted(h.name for h in registry.pm.get_hookcallers(registry.pm.get_plugin(plugin.name)) or []),
+            }
+        )
     if as_json:
         print(json.dumps(rows, indent=2))
         return 0

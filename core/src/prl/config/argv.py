@@ -39,7 +39,7 @@ def _resolve(root: type[BaseModel], path: list[str]) -> Shape | None:
     """Shape of ``path`` under ``root``; None for an unknown key (validation reports it)."""
     models = [root]
     shape: Shape | None = None
-    for i, part in enumerate(path):
+    for _i, part in enumerate(path):
         if part.isdigit() and shape is not None and shape.kind == "list":
             models = shape.models
             shape = Shape("model", False, models)
@@ -128,7 +128,10 @@ def _parse_flag(argv: list[str], i: int, root: type[BaseModel], short: dict[str,
     shape = _resolve(root, path)
     if shape is None:
         # --no-a.b.c and --a.b.no-c both negate a.b.c
-        for alt in ([path[0][3:]] + path[1:] if path[0].startswith("no_") else None, path[:-1] + [path[-1][3:]] if path[-1].startswith("no_") else None):
+        for alt in (
+            [path[0][3:]] + path[1:] if path[0].startswith("no_") else None,
+            path[:-1] + [path[-1][3:]] if path[-1].startswith("no_") else None,
+        ):
             alt_shape = _resolve(root, alt) if alt else None
             if alt_shape is not None and (alt_shape.kind == "bool" or alt_shape.optional):
                 path, shape, negate = alt, alt_shape, True
@@ -140,7 +143,11 @@ def _parse_flag(argv: list[str], i: int, root: type[BaseModel], short: dict[str,
         _insert(out.overrides, path, False if shape.kind == "bool" else None, flag)
         return i + 1
     values, nxt = _take_values(argv, i + 1, inline, shape)
-    if values and values[0] == "@" or (len(values) == 1 and values[0].startswith("@") and shape and shape.kind == "model"):
+    if (
+        values
+        and values[0] == "@"
+        or (len(values) == 1 and values[0].startswith("@") and shape and shape.kind == "model")
+    ):
         file = values[1] if values[0] == "@" and len(values) > 1 else values[0][1:]
         if not file:
             raise ConfigError(f"`{flag} @` must be followed by a config file path")

@@ -9,11 +9,10 @@ plugins changes (tests that register plugins inline call it).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, PlainValidator, Tag
 from pydantic_core import PydanticCustomError, core_schema
-
 
 _MISSING_TAG = "__prl_missing_plugin__"
 
@@ -73,7 +72,7 @@ class _PluginUnion:
                 return tags[0]
             return tag if tag in classes else _MISSING_TAG
 
-        union = Annotated[Union[tuple(choices)], Discriminator(pick)]  # type: ignore[valid-type]
+        union = Annotated[tuple(choices), Discriminator(pick)]  # type: ignore[valid-type]
         return handler.generate_schema(union)
 
 
@@ -163,4 +162,3 @@ def _nested_models(model: type[BaseModel]) -> list[type[BaseModel]]:
     for field in model.model_fields.values():
         walk(field.annotation)
     return found
-

@@ -30,6 +30,12 @@ from prl.config.sections import (
 )
 
 ComponentMonitors = Annotated[PrlModel, MonitorsSection(component=True)]
+# Plugin unions as module-level aliases: a subscript with a string inside an annotation reads
+# as a forward reference to linters.
+_TASKSETS = PluginConfig["tasksets"]
+_ALGORITHMS = PluginConfig["algorithms"]
+_LOSSES = PluginConfig["losses"]
+_INFERENCE_BACKENDS = PluginConfig["inference_backends"]
 
 
 class HarnessConfig(PrlModel):
@@ -71,7 +77,7 @@ class ServeConfig(PrlModel):
 class EnvConfig(PrlModel):
     """An environment: taskset, agent and serving."""
 
-    taskset: PluginConfig["tasksets"]
+    taskset: _TASKSETS
     """Taskset, selected by ``id``."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
     """Agent harness and runtime."""
@@ -116,7 +122,7 @@ class SourceConfig(PrlModel):
     """Rollouts per task; inherits the group's group_size."""
     sampling: PartialSamplingConfig = Field(default_factory=PartialSamplingConfig)
     """Sampling overrides for this source."""
-    algo: PluginConfig["algorithms"] | None = None
+    algo: _ALGORITHMS | None = None
     """Algorithm override; inherits the group's algo."""
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     """Curriculum sampler."""
@@ -131,7 +137,7 @@ class TrainGroupConfig(PrlModel):
 
     group_size: Annotated[int, Field(ge=1)] = 1
     """Rollouts per task (at least 8 is recommended for GRPO)."""
-    algo: PluginConfig["algorithms"] = Field(default_factory=lambda: _default_plugin("algorithms"))
+    algo: _ALGORITHMS = Field(default_factory=lambda: _default_plugin("algorithms"))
     """Algorithm, selected by ``type``."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     """Sampling for training rollouts."""
@@ -254,7 +260,7 @@ class TrainerConfig(PrlModel):
     """Optimizer."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """Learning-rate schedule."""
-    loss: PluginConfig["losses"] = Field(default_factory=lambda: _default_plugin("losses"))
+    loss: _LOSSES = Field(default_factory=lambda: _default_plugin("losses"))
     """Policy loss, selected by ``type``."""
     max_steps: Annotated[int, Field(ge=1)] | None = None
     """Total steps."""
@@ -302,7 +308,7 @@ class InferenceConfig(PrlModel):
     """Tokenizer (chat_template must match the other components)."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """HTTP server."""
-    backend: PluginConfig["inference_backends"] = Field(default_factory=lambda: _default_plugin("inference_backends"))
+    backend: _INFERENCE_BACKENDS = Field(default_factory=lambda: _default_plugin("inference_backends"))
     """Inference backend, selected by ``type`` (torch, vllm)."""
     max_model_len: Annotated[int, Field(ge=8)] | None = None
     """Context length; None uses the model's."""

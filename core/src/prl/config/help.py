@@ -48,7 +48,9 @@ def _default(info: Any) -> str:
             value = info.default_factory()
         except Exception:  # a factory needing plugins that are not installed
             return "{...}"
-        return "{...}" if isinstance(value, BaseModel) else repr(str(value) if isinstance(value, os.PathLike) else value)
+        return (
+            "{...}" if isinstance(value, BaseModel) else repr(str(value) if isinstance(value, os.PathLike) else value)
+        )
     return "required"
 
 
@@ -69,7 +71,11 @@ def _panels(model: type[BaseModel], path: str, title: str, out: list[tuple[str, 
         doc = (info.description or "").split("\n")[0]
         opt = ""
         if shape.optional:
-            opt = " (optional, enabled by default)" if info.default is PydanticUndefined or info.default is not None else " (optional, default: None)"
+            opt = (
+                " (optional, enabled by default)"
+                if info.default is PydanticUndefined or info.default is not None
+                else " (optional, default: None)"
+            )
         if shape.list_of_models:
             _panels(shape.models[0], f"{flag}[*]", f"{flag}[*]: {doc}", out)
         elif shape.plugin_kind:

@@ -6,7 +6,7 @@ model composed at schema-build time with one optional field per registered monit
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import Field, create_model
 from pydantic_core import core_schema
@@ -28,7 +28,7 @@ class MonitorsSection:
         for key, cls in sorted(get_registry().classes("monitors").items()):
             on = self.component and getattr(cls, "enabled_by_default", False)
             default = Field(default_factory=cls.Config) if on else None
-            fields[key] = (Optional[cls.Config], default)
+            fields[key] = (cls.Config | None, default)
         name = "MonitorsConfig" if self.component else "SharedMonitorsConfig"
         model = create_model(name, __base__=PrlModel, **fields)
         model.__doc__ = "Metric sinks, one optional section per installed monitor plugin."

@@ -19,10 +19,17 @@ _LEAVES: list[tuple[str, list[str]]] = [
     ("log.level", ["trainer.log.level", "orchestrator.log.level", "inference.log.level"]),
     ("log.json_logging", ["trainer.log.json_logging", "orchestrator.log.json_logging", "inference.log.json_logging"]),
     ("tokenizer.name", ["trainer.tokenizer.name", "orchestrator.tokenizer.name"]),
-    ("tokenizer.trust_remote_code", ["trainer.tokenizer.trust_remote_code", "orchestrator.tokenizer.trust_remote_code"]),
+    (
+        "tokenizer.trust_remote_code",
+        ["trainer.tokenizer.trust_remote_code", "orchestrator.tokenizer.trust_remote_code"],
+    ),
     (
         "tokenizer.chat_template",
-        ["trainer.tokenizer.chat_template", "orchestrator.tokenizer.chat_template", "inference.tokenizer.chat_template"],
+        [
+            "trainer.tokenizer.chat_template",
+            "orchestrator.tokenizer.chat_template",
+            "inference.tokenizer.chat_template",
+        ],
     ),
     ("max_steps", ["trainer.max_steps", "orchestrator.max_steps"]),
     ("seq_len", ["trainer.model.seq_len", "orchestrator.seq_len"]),
@@ -94,7 +101,7 @@ def _propagate_sections(data: dict, conflicts: list[str]) -> None:
     sections: list[tuple[str, tuple[str, ...] | None]] = []
     if "ckpt" in data:
         sections.append(("ckpt", _CKPT_FIELDS))
-    for key, value in (data.get("monitors") or {}).items():
+    for key in data.get("monitors") or {}:
         sections.append((f"monitors.{key}", None))
     for shared, fields in sections:
         value = _get(data, shared)

@@ -70,7 +70,10 @@ def validate(root: type[M], data: dict[str, Any]) -> M:
 
 def format_validation_error(root: type[BaseModel], exc: ValidationError, data: dict) -> str:
     errors = exc.errors()
-    lines = [f"Failed to validate config: {len(errors)} validation error{'s' if len(errors) != 1 else ''} for {root.__name__}"]
+    lines = [
+        f"Failed to validate config: {len(errors)} validation error{'s' if len(errors) != 1 else ''}"
+        f" for {root.__name__}"
+    ]
     for err in errors:
         path, models = _clean_loc(root, err["loc"], data)
         flag = _flag(path) or "<root>"

@@ -41,6 +41,9 @@ from prl.config.sections import (
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
 
 
+_LAUNCHERS = PluginConfig["launchers"]
+
+
 class SlurmConfig(PrlModel):
     """SLURM submission settings."""
 
@@ -71,7 +74,7 @@ class CommonRunFields(PrlModel):
     """Register the run with the local dashboard."""
     dry_run: bool = False
     """Resolve, validate and write the run's configs, then stop."""
-    deployment: PluginConfig["launchers"] = Field(default_factory=lambda: _default_plugin("launchers"))
+    deployment: _LAUNCHERS = Field(default_factory=lambda: _default_plugin("launchers"))
     """Launcher, selected by ``type`` (local, slurm)."""
     slurm: SlurmConfig | None = None
     """SLURM settings (optional)."""
@@ -120,16 +123,24 @@ class RLConfig(CommonRunFields):
         if t.max_steps != o.max_steps:
             raise ValueError(f"max_steps differ: trainer {t.max_steps}, orchestrator {o.max_steps}")
         if t.model.seq_len < o.seq_len:
-            raise ValueError(f"trainer.model.seq_len ({t.model.seq_len}) must be at least orchestrator.seq_len ({o.seq_len})")
+            raise ValueError(
+                f"trainer.model.seq_len ({t.model.seq_len}) must be at least orchestrator.seq_len ({o.seq_len})"
+            )
         if self.inference is not None and self.inference.model.name != o.model.name:
-            raise ValueError(f"orchestrator.model.name '{o.model.name}' differs from inference.model.name '{self.inference.model.name}'")
+            raise ValueError(
+                f"orchestrator.model.name '{o.model.name}' differs from "
+                f"inference.model.name '{self.inference.model.name}'"
+            )
         templates = {t.tokenizer.chat_template, o.tokenizer.chat_template}
         if self.inference is not None:
             templates.add(self.inference.tokenizer.chat_template)
         if len(templates) > 1:
             raise ValueError("tokenizer.chat_template must be identical in every component")
         if o.num_train_workers != t.num_workers:
-            raise ValueError(f"orchestrator.num_train_workers ({o.num_train_workers}) must equal trainer.num_workers ({t.num_workers})")
+            raise ValueError(
+                f"orchestrator.num_train_workers ({o.num_train_workers}) must equal "
+                f"trainer.num_workers ({t.num_workers})"
+            )
         return self
 
 
@@ -170,7 +181,9 @@ class SFTDataConfig(PrlModel):
     @model_validator(mode="after")
     def _check(self) -> SFTDataConfig:
         if self.batch_size % self.micro_batch_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by micro_batch_size ({self.micro_batch_size})")
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by micro_batch_size ({self.micro_batch_size})"
+            )
         lists = {k: getattr(self, k) for k in ("subsets", "splits", "probabilities") if getattr(self, k)}
         if len({len(v) for v in lists.values()}) > 1:
             raise ValueError("subsets, splits and probabilities must have the same length")

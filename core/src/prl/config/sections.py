@@ -203,7 +203,8 @@ class ConcurrencyConfig(PrlModel):
         return self
 
 
-RendererField = Annotated[PluginConfig["renderers"], Field(default_factory=lambda: _default_plugin("renderers"))]
+_RENDERERS = PluginConfig["renderers"]
+RendererField = Annotated[_RENDERERS, Field(default_factory=lambda: _default_plugin("renderers"))]
 """A renderer config; ``name = "auto"`` when not given."""
 
 

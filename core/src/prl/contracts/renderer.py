@@ -42,11 +42,15 @@ class Renderer(ABC):
     ) -> Rendered:
         """Render messages; every token is attributed to a message and its role."""
 
-    def render_ids(self, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> list[int]:
+    def render_ids(
+        self, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False
+    ) -> list[int]:
         return self.render(messages, tools, add_generation_prompt).token_ids
 
     @abstractmethod
-    def parse_response(self, token_ids: list[int], tools: list[dict] | None = None, prompt_ids: list[int] | None = None) -> dict[str, Any]:
+    def parse_response(
+        self, token_ids: list[int], tools: list[dict] | None = None, prompt_ids: list[int] | None = None
+    ) -> dict[str, Any]:
         """Generated tokens to an assistant message: content, reasoning_content, tool_calls."""
 
     @abstractmethod
@@ -58,7 +62,11 @@ class Renderer(ABC):
         return False
 
     def bridge_to_next_turn(
-        self, prev_prompt_ids: list[int], prev_completion_ids: list[int], new_messages: list[dict], tools: list[dict] | None = None
+        self,
+        prev_prompt_ids: list[int],
+        prev_completion_ids: list[int],
+        new_messages: list[dict],
+        tools: list[dict] | None = None,
     ) -> list[int] | None:
         """Ids to append after a sampled turn for ``new_messages`` (plus a generation prompt).
 

@@ -46,7 +46,7 @@ async def guarded(work: Awaitable[Trace], task: Task, env: str, policy_version: 
     """Await ``work`` under ``timeout``; failures become recorded traces, never exceptions."""
     try:
         trace = await asyncio.wait_for(work, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.warning("rollout of task %s in env %s timed out after %ss", task.task_id, env, timeout)
         return failed_trace(task, env, policy_version, f"timed out after {timeout:g}s", timeout=True)
     except asyncio.CancelledError:

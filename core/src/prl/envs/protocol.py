@@ -52,7 +52,9 @@ def client_descriptor(client: InferenceClient) -> dict[str, Any]:
         fields = {k: getattr(client, k, None) for k in ("base_url", "api_key")}
         fields = {k: str(v) for k, v in fields.items() if v is not None}
     if not fields.get("base_url"):
-        raise ValueError(f"{type(client).__name__} has no base_url; a remote env server cannot reach inference through it")
+        raise ValueError(
+            f"{type(client).__name__} has no base_url; a remote env server cannot reach inference through it"
+        )
     return {"config": fields, "model": getattr(client, "model", None)}
 
 
@@ -153,11 +155,13 @@ class ProtocolClient:
     async def health(self, timeout: float = 5.0) -> bool:
         try:
             reply = await call(self.address, {"method": "health"}, timeout)
-        except (OSError, asyncio.TimeoutError, ValueError):
+        except (TimeoutError, OSError, ValueError):
             return False
         return bool(reply.get("ok"))
 
-    async def rollout(self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling, policy_version: int) -> Trace:
+    async def rollout(
+        self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling, policy_version: int
+    ) -> Trace:
         request = {
             "method": "rollout",
             "task": task_to_dict(task),

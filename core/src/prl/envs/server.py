@@ -45,8 +45,11 @@ async def serve(source: SourceConfig, address_file: Path, host: str = "127.0.0.1
 
 def main(config_path: str | Path) -> int:
     path = Path(config_path)
-    logging.basicConfig(level=os.environ.get("PRIME_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("PRIME_LOG_LEVEL", "INFO").upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     source = SourceConfig.model_validate(json.loads(path.read_text()))
     address_file = path.with_suffix(".address")
 

@@ -80,7 +80,9 @@ def select_tasks(tasks: list[Task], source: SourceConfig) -> list[Task]:
 class EnvSource:
     """Tasks and guarded rollouts of one source (see the module docstring)."""
 
-    def __init__(self, source: SourceConfig, split: str, run_dir: Path | None, attempt_config_dir: Path | None = None) -> None:
+    def __init__(
+        self, source: SourceConfig, split: str, run_dir: Path | None, attempt_config_dir: Path | None = None
+    ) -> None:
         self.source = source
         self.name = source.name
         self.split = split
@@ -141,10 +143,16 @@ class EnvSource:
             if address_file.exists():
                 return address_file.read_text().strip()
             if self._process.poll() is not None:
-                raise EnvServerDied(self.name, f"exited with code {self._process.returncode} before publishing {address_file}{self._log_hint()}")
+                raise EnvServerDied(
+                    self.name,
+                    f"exited with code {self._process.returncode} before publishing {address_file}{self._log_hint()}",
+                )
             await asyncio.sleep(0.1)
         self._stop_process()
-        raise EnvServerDied(self.name, f"did not publish {address_file} within {self.source.env.serve.startup_timeout:g}s{self._log_hint()}")
+        raise EnvServerDied(
+            self.name,
+            f"did not publish {address_file} within {self.source.env.serve.startup_timeout:g}s{self._log_hint()}",
+        )
 
     def _config_path(self) -> Path:
         """resolved/envs/<split>/<name>.json: the launcher's copy, else one written here."""
@@ -204,12 +212,18 @@ class EnvSource:
             self._tasks = select_tasks(list(self.taskset.tasks(self.split)), self.source)
         return list(self._tasks)
 
-    async def rollout(self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling, policy_version: int) -> Trace:
+    async def rollout(
+        self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling, policy_version: int
+    ) -> Trace:
         timeout = self.source.env.timeout
         if not self.remote:
-            return await guarded(self.taskset.rollout(task, client, renderer, sampling), task, self.name, policy_version, timeout)
+            return await guarded(
+                self.taskset.rollout(task, client, renderer, sampling), task, self.name, policy_version, timeout
+            )
         if self._remote is None:
-            return failed_trace(task, self.name, policy_version, f"RuntimeError: env source '{self.name}' is not started")
+            return failed_trace(
+                task, self.name, policy_version, f"RuntimeError: env source '{self.name}' is not started"
+            )
         work = self._remote.rollout(task, client, renderer, sampling, policy_version)
         if getattr(self._remote, "enforces_timeout", False):
             timeout += 30.0  # the server times the rollout itself; the margin covers transport

@@ -66,8 +66,8 @@ def build_evaluator(config: Any, run_dir: Path, client: Any, renderer: Any, moni
 
 def run_orchestrator(config: Any, run_dir: Path) -> int:
     """Run the orchestrator of ``config`` in ``run_dir``; returns the exit code."""
-    from prl.orchestrator.loop import Orchestrator
     from prl.contracts.monitor import build_monitors
+    from prl.orchestrator.loop import Orchestrator
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -70,7 +70,7 @@ def trace_record(trace: Trace, group: str, dispatch: int, arrival: float, durati
     """A shallow dict of ``trace`` for ``Monitor.log_traces`` (no deep copies of token lists)."""
     record = dict(vars(trace))
     record["branches"] = [dict(vars(b)) for b in trace.branches]
-    advantages = [a for b in trace.branches for a, s in zip(b.advantages or [], b.sampled_mask) if s][:1]
+    advantages = [a for b in trace.branches for a, s in zip(b.advantages or [], b.sampled_mask, strict=False) if s][:1]
     record.update(
         id=trace.trace_id,
         kind="train",

@@ -122,4 +122,3 @@ def rng_to_json(rng: random.Random) -> list:
 def rng_from_json(state: list) -> tuple:
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
-

@@ -60,9 +60,9 @@ def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage
     if min_abs_advantage == 0.0:
         rl = list(map(operator.mul, rl, map(bool, adv)))  # w * (A != 0)
     else:
-        rl = [w if abs(a) > min_abs_advantage else 0.0 for w, a in zip(rl, adv)]
+        rl = [w if abs(a) > min_abs_advantage else 0.0 for w, a in zip(rl, adv, strict=False)]
     if any(ce) or any(kl):
-        mask = [bool(a or b or c) for a, b, c in zip(rl, ce, kl)]
+        mask = [bool(a or b or c) for a, b, c in zip(rl, ce, kl, strict=False)]
     else:
         mask = list(map(bool, rl))
     return TrainingSample(

@@ -87,7 +87,9 @@ class WeightFollower:
                 said = time.monotonic()
                 log.info(
                     "waiting for the trainer's weights version %d (broadcasts/step_%d) (%.0f s)",
-                    version, version, waited,
+                    version,
+                    version,
+                    waited,
                 )
             if waited >= timeout:
                 raise TimeoutError(

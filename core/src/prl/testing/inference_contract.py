@@ -97,7 +97,7 @@ class InferenceContract:
 
     def assert_close(self, got: list[float], want: list[float]) -> None:
         assert len(got) == len(want)
-        worst = max((abs(a - b) for a, b in zip(got, want)), default=0.0)
+        worst = max((abs(a - b) for a, b in zip(got, want, strict=False)), default=0.0)
         assert worst <= self.logprob_atol, f"logprobs differ from the reference by {worst:.2e}"
 
     # ----- discovery --------------------------------------------------------------------
@@ -126,7 +126,7 @@ class InferenceContract:
         prompt = self.prompt(server)
         for temperature in (1.0, 0.7):
             gen = _run(self._gen(server, prompt, Sampling(temperature=temperature, max_tokens=10, seed=3)))
-            want = reference_logprobs(model, prompt + gen.token_ids, temperature)[len(prompt) - 1:]
+            want = reference_logprobs(model, prompt + gen.token_ids, temperature)[len(prompt) - 1 :]
             self.assert_close(gen.logprobs, want)
 
     def test_seeded_sampling_is_reproducible(self, server: InferenceServer) -> None:
@@ -137,10 +137,14 @@ class InferenceContract:
 
     def test_max_tokens_bounds_the_completion(self, server: InferenceServer) -> None:
         with self.http(server) as http:
-            body = http.post("/inference/v1/generate", json={
-                "token_ids": self.prompt(server), "model": server.name,
-                "sampling_params": {"max_tokens": 5, "ignore_eos": True, "logprobs": 0, "n": 3, "seed": 5},
-            }).json()
+            body = http.post(
+                "/inference/v1/generate",
+                json={
+                    "token_ids": self.prompt(server),
+                    "model": server.name,
+                    "sampling_params": {"max_tokens": 5, "ignore_eos": True, "logprobs": 0, "n": 3, "seed": 5},
+                },
+            ).json()
         assert len(body["choices"]) == 3
         for choice in body["choices"]:
             assert len(choice["token_ids"]) == 5 and choice["finish_reason"] == "length"
@@ -164,20 +168,19 @@ class InferenceContract:
 
         async def go():
             async with self.client(server) as c:
-                return await asyncio.gather(*[
-                    c.generate(p, Sampling(max_tokens=6 + i % 4, seed=i)) for i, p in enumerate(prompts)
-                ])
+                return await asyncio.gather(
+                    *[c.generate(p, Sampling(max_tokens=6 + i % 4, seed=i)) for i, p in enumerate(prompts)]
+                )
 
-        for prompt, gen in zip(prompts, _run(go())):
-            want = reference_logprobs(model, prompt + gen.token_ids)[len(prompt) - 1:]
+        for prompt, gen in zip(prompts, _run(go()), strict=False):
+            want = reference_logprobs(model, prompt + gen.token_ids)[len(prompt) - 1 :]
             self.assert_close(gen.logprobs, want)
 
     # ----- OpenAI routes ----------------------------------------------------------------
     def test_chat_completion_returns_token_ids_and_logprobs(self, server: InferenceServer) -> None:
         async def go():
             async with self.client(server) as c:
-                return await c.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=8, seed=1),
-                                    logprobs=True)
+                return await c.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=8, seed=1), logprobs=True)
 
         body = _run(go())
         choice = body["choices"][0]
@@ -188,8 +191,13 @@ class InferenceContract:
         assert body["usage"]["completion_tokens"] == len(choice["token_ids"])
 
     def test_chat_stream_matches_non_stream(self, server: InferenceServer) -> None:
-        req = {"model": server.name, "messages": [{"role": "user", "content": "stream me"}],
-               "max_tokens": 12, "temperature": 0.0, "return_token_ids": True}
+        req = {
+            "model": server.name,
+            "messages": [{"role": "user", "content": "stream me"}],
+            "max_tokens": 12,
+            "temperature": 0.0,
+            "return_token_ids": True,
+        }
         with self.http(server) as http:
             whole = http.post("/v1/chat/completions", json=req).json()["choices"][0]
             text, tokens, finish, done = "", [], None, False
@@ -212,10 +220,17 @@ class InferenceContract:
 
     def test_completions_with_logprobs(self, server: InferenceServer) -> None:
         with self.http(server) as http:
-            body = http.post("/v1/completions", json={
-                "model": server.name, "prompt": "Once upon a time", "max_tokens": 6, "logprobs": 1,
-                "seed": 2, "return_token_ids": True,
-            }).json()
+            body = http.post(
+                "/v1/completions",
+                json={
+                    "model": server.name,
+                    "prompt": "Once upon a time",
+                    "max_tokens": 6,
+                    "logprobs": 1,
+                    "seed": 2,
+                    "return_token_ids": True,
+                },
+            ).json()
         choice = body["choices"][0]
         assert isinstance(choice["text"], str)
         assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
@@ -237,15 +252,17 @@ class InferenceContract:
         prompt = self.prompt(server)
         with self.http(server) as http:
             max_len = next(m for m in http.get("/v1/models").json()["data"] if m["id"] == server.name).get(
-                "max_model_len", 1_000_000)
+                "max_model_len", 1_000_000
+            )
             bad = [
                 http.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"}),
                 http.post("/v1/completions", json={"model": "no-such-model", "prompt": "x", "max_tokens": 2}),
                 http.post("/v1/completions", json={"model": server.name, "prompt": "x", "max_tokens": max_len + 10}),
                 http.post("/v1/completions", json={"model": server.name, "prompt": "x", "temperature": -1.0}),
-                http.post("/inference/v1/generate", json={
-                    "token_ids": prompt, "model": server.name,
-                    "sampling_params": {"max_tokens": max_len + 10}}),
+                http.post(
+                    "/inference/v1/generate",
+                    json={"token_ids": prompt, "model": server.name, "sampling_params": {"max_tokens": max_len + 10}},
+                ),
             ]
             for resp in bad:
                 assert 400 <= resp.status_code < 500, (resp.status_code, resp.text[:200])
@@ -265,8 +282,9 @@ class InferenceContract:
 
         _run(admin("pause"))
         try:
-            worker = threading.Thread(target=lambda: results.append(
-                _run(self._gen(server, prompt, Sampling(max_tokens=4, seed=0)))))
+            worker = threading.Thread(
+                target=lambda: results.append(_run(self._gen(server, prompt, Sampling(max_tokens=4, seed=0))))
+            )
             worker.start()
             time.sleep(1.5)
             assert worker.is_alive() and not results, "a request finished while the server was paused"
@@ -353,8 +371,9 @@ class InferenceContract:
                 tensors[f"base_model.model.{name}.lora_B.weight"] = b
                 merged[f"{name}.weight"] = module.weight + (alpha / rank) * b @ a
         save_file(tensors, str(tmp_path / "adapter_model.safetensors"))
-        (tmp_path / "adapter_config.json").write_text(json.dumps({
-            "r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}))
+        (tmp_path / "adapter_config.json").write_text(
+            json.dumps({"r": rank, "lora_alpha": alpha, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"})
+        )
         ids = self.prompt(server, "adapter")
 
         async def go():

@@ -65,7 +65,7 @@ class Child:
             text = line.decode(errors="replace").rstrip("\n")
             self.tail.append(text)
             if STATUS.search(line):
-                print(f"[{self.name}] {text[STATUS.search(line).start():]}", flush=True)
+                print(f"[{self.name}] {text[STATUS.search(line).start() :]}", flush=True)
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from prl.contracts.monitor import Monitor, MonitorConfig
 from rich.console import Console
 from rich.text import Text
+
+from prl.contracts.monitor import Monitor, MonitorConfig
 
 # (label, metric names tried in order, format). Formats take the float value.
 FIELDS: list[tuple[str, tuple[str, ...], str]] = [

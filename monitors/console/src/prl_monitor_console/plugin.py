@@ -1,7 +1,6 @@
 """Registers the ``console`` monitor with prl."""
 
 from prl import hookimpl
-
 from prl_monitor_console.monitor import ConsoleMonitor
 
 

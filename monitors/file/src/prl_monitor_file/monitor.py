@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from prl.contracts.monitor import Monitor, MonitorConfig
 from pydantic import Field
 
+from prl.contracts.monitor import Monitor, MonitorConfig
 from prl_monitor_file.records import clean_metrics
 from prl_monitor_file.stream import TraceStream
 

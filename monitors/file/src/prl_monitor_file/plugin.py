@@ -1,7 +1,6 @@
 """Registers the ``file`` monitor with prl."""
 
 from prl import hookimpl
-
 from prl_monitor_file.monitor import FileMonitor
 
 

@@ -89,7 +89,7 @@ def _first_advantage(branches: list[dict[str, Any]]) -> float | None:
         mask = branch.get("sampled_mask") or []
         if not advantages:
             continue
-        for adv, sampled in zip(advantages, mask):
+        for adv, sampled in zip(advantages, mask, strict=False):
             if sampled:
                 return adv
     return None

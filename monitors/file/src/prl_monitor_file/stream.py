@@ -25,9 +25,10 @@ import logging
 import os
 import re
 import struct
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from prl_monitor_file.records import index_row, round_floats
 

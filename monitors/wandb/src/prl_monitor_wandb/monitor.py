@@ -21,8 +21,9 @@ import hashlib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from prl.contracts.monitor import Monitor, MonitorConfig
 from pydantic import Field
+
+from prl.contracts.monitor import Monitor, MonitorConfig
 
 COLUMNS = ["step", "id", "env", "reward", "advantage", "tokens", "turns", "stop_condition", "completion"]
 
@@ -115,7 +116,7 @@ def trace_row(trace: dict[str, Any], step: int | None) -> list[Any]:
     branches = trace.get("branches") or []
     advantage = None
     for branch in branches:
-        for adv, sampled in zip(branch.get("advantages") or [], branch.get("sampled_mask") or []):
+        for adv, sampled in zip(branch.get("advantages") or [], branch.get("sampled_mask") or [], strict=False):
             if sampled:
                 advantage = adv
                 break

@@ -1,7 +1,6 @@
 """Registers the ``wandb`` monitor with prl."""
 
 from prl import hookimpl
-
 from prl_monitor_wandb.monitor import WandbMonitor
 
 

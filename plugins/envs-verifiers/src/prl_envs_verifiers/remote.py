@@ -42,8 +42,12 @@ def train_client_config(client: Any, renderer: Renderer, renderer_config: dict[s
 def sampling_config(sampling: Sampling) -> Any:
     from verifiers.v1.types import SamplingConfig
 
-    extra = {k: v for k, v in (("top_k", sampling.top_k), ("seed", sampling.seed), ("stop", sampling.stop)) if v is not None}
-    return SamplingConfig(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, **extra)
+    extra = {
+        k: v for k, v in (("top_k", sampling.top_k), ("seed", sampling.seed), ("stop", sampling.stop)) if v is not None
+    }
+    return SamplingConfig(
+        temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, **extra
+    )
 
 
 def episode_to_trace(episode: Any, task: Task, sampling: Sampling) -> Trace:
@@ -58,8 +62,15 @@ def episode_to_trace(episode: Any, task: Task, sampling: Sampling) -> Trace:
         rewards[seat] = float(vt.reward)
         for b in vt.branches:
             if b.trainable:
-                branches.append(Branch(token_ids=list(b.token_ids), sampled_mask=list(b.sampled_mask),
-                                       logprobs=list(b.logprobs), agent=seat, temperature=sampling.temperature))
+                branches.append(
+                    Branch(
+                        token_ids=list(b.token_ids),
+                        sampled_mask=list(b.sampled_mask),
+                        logprobs=list(b.logprobs),
+                        agent=seat,
+                        temperature=sampling.temperature,
+                    )
+                )
         metrics.update({k: float(v) for k, v in vt.metrics.items() if v is not None})
         metrics.update({f"reward/{k}": float(r.score) for k, r in vt.rewards.items() if r is not None})
         errors += [f"{e.type}: {e.message}" for e in vt.errors]
@@ -98,12 +109,17 @@ class VerifiersRemote:
             return False
         return True
 
-    async def rollout(self, task: Task, client: Any, renderer: Renderer, sampling: Sampling, policy_version: int) -> Trace:
+    async def rollout(
+        self, task: Task, client: Any, renderer: Renderer, sampling: Sampling, policy_version: int
+    ) -> Trace:
         model = getattr(client, "model", None)
         if not model:
             raise ValueError(f"{type(client).__name__} has no model name to send to verifiers' env server")
         episode = await self._client.run(
-            train_client_config(client, renderer, self.renderer_config), model, sampling_config(sampling), task.data["vf"]
+            train_client_config(client, renderer, self.renderer_config),
+            model,
+            sampling_config(sampling),
+            task.data["vf"],
         )
         return episode_to_trace(episode, task, sampling)
 

@@ -60,13 +60,20 @@ class VerifiersTaskset(Taskset):
         from verifiers.v1.utils.loaders import taskset_config_type
 
         taskset = {**self.config.args, "id": self.vf_id}
-        if split is not None and "split" in taskset_config_type(self.vf_id).model_fields and "split" not in self.config.args:
+        if (
+            split is not None
+            and "split" in taskset_config_type(self.vf_id).model_fields
+            and "split" not in self.config.args
+        ):
             taskset["split"] = split
         agent = getattr(self, "env_config", None)
         data: dict[str, Any] = {"taskset": taskset}
         if agent is not None:
             harness, runtime = agent.agent.harness, agent.agent.runtime
-            data["agent"] = {"harness": {**harness.args, "id": harness.id}, "runtime": {**runtime.args, "type": runtime.type}}
+            data["agent"] = {
+                "harness": {**harness.args, "id": harness.id},
+                "runtime": {**runtime.args, "type": runtime.type},
+            }
         else:
             data["agent"] = {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}
         return data
@@ -78,7 +85,9 @@ class VerifiersTaskset(Taskset):
         for vf_task in load_taskset(env.taskset):
             data = vf_task.data
             task_id = data.id or str(data.idx)
-            yield Task(task_id=task_id, prompt=_messages(data), data={"vf": data.model_dump(mode="json", exclude_none=True)})
+            yield Task(
+                task_id=task_id, prompt=_messages(data), data={"vf": data.model_dump(mode="json", exclude_none=True)}
+            )
 
     async def rollout(self, task: Task, client: Any, renderer: Any, sampling: Sampling) -> Trace:
         raise RuntimeError(f"taskset '{self.id}' runs behind its env server; roll out through prl.envs.EnvSource")
@@ -88,8 +97,11 @@ class VerifiersTaskset(Taskset):
         from verifiers.v1.serve.server import EnvServer
         from verifiers.v1.utils.loaders import resolve_env_config
 
-        server = EnvServer(config=resolve_env_config(self.env_data()), address=f"tcp://{host}:0",
-                           max_concurrent=self.config.max_concurrent)
+        server = EnvServer(
+            config=resolve_env_config(self.env_data()),
+            address=f"tcp://{host}:0",
+            max_concurrent=self.config.max_concurrent,
+        )
         on_bound(server.address.removeprefix("tcp://"))
         await server.run()
 
@@ -130,5 +142,7 @@ def _messages(data: Any) -> list[dict[str, Any]]:
     if isinstance(data.prompt, str):
         out.append({"role": "user", "content": data.prompt})
     elif data.prompt:
-        out += [m.model_dump(mode="json", exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in data.prompt]
+        out += [
+            m.model_dump(mode="json", exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in data.prompt
+        ]
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import verifiers.v1 as vf
+
 from prl.scoring import lcs_ratio
 
 SYSTEM = "Reverse the user's text character by character. Reply with the reversed text only."
@@ -52,7 +53,10 @@ class ReverseTextTaskset(vf.Taskset[ReverseTextTask, ReverseTextConfig]):
     def load(self) -> list[ReverseTextTask]:
         texts = self._texts()
         return [
-            ReverseTextTask(ReverseTextData(id=f"{self.config.split}/{i}", prompt=text, system_prompt=SYSTEM, text=text), self.config.task)
+            ReverseTextTask(
+                ReverseTextData(id=f"{self.config.split}/{i}", prompt=text, system_prompt=SYSTEM, text=text),
+                self.config.task,
+            )
             for i, text in enumerate(texts)
         ]
 

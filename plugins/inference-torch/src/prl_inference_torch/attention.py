@@ -14,15 +14,24 @@ import torch.nn.functional as F
 NAME = "prl_sdpa"
 
 
-def prl_sdpa_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                     is_causal=None, **kwargs):
+def prl_sdpa_forward(
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, is_causal=None, **kwargs
+):
     if attention_mask is not None and attention_mask.dim() == 4:
         attention_mask = attention_mask[:, :, :, : key.shape[-2]]
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
     causal = bool(is_causal) and attention_mask is None and query.shape[2] > 1
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling,
-                                         is_causal=causal, enable_gqa=query.shape[1] != key.shape[1])
+    out = F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=0.0,
+        scale=scaling,
+        is_causal=causal,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

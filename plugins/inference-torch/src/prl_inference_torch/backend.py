@@ -75,12 +75,12 @@ def _run_uvicorn(state, sock: socket.socket, cfg) -> None:
             await super().startup(sockets=sockets)
             announce(sock, ready)
 
-    config = uvicorn.Config(build_app(state), log_level=cfg.log.level, access_log=cfg.log.level == "debug",
-                            timeout_keep_alive=30)
+    config = uvicorn.Config(
+        build_app(state), log_level=cfg.log.level, access_log=cfg.log.level == "debug", timeout_keep_alive=30
+    )
     Server(config).run(sockets=[sock])
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m prl_inference_torch <resolved inference.json>``: serve one resolved config."""
     return serve_main(argv, "prl_inference_torch", TorchBackend)
-

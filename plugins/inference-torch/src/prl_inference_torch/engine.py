@@ -21,9 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -69,8 +70,13 @@ class Completion:
 class Request:
     """A submitted prompt; ``wake`` is called (from the engine thread) after every change."""
 
-    def __init__(self, prompt_ids: list[int], params: GenParams, adapter: str | None = None,
-                 wake: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: GenParams,
+        adapter: str | None = None,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
         self.prompt_ids = prompt_ids
         self.params = params
         self.adapter = adapter
@@ -79,8 +85,9 @@ class Request:
         self.error: str | None = None
         self.prompt_logprobs: list[dict[int, tuple[float, int]] | None] | None = None
         self.version: int | None = None
-        self.completions = [Completion(i, RowSampling(params.temperature, params.top_p, params.top_k, None))
-                            for i in range(params.n)]
+        self.completions = [
+            Completion(i, RowSampling(params.temperature, params.top_p, params.top_k, None)) for i in range(params.n)
+        ]
 
     def seed_rows(self, device: torch.device) -> None:
         """Give each completion of a seeded request its own generator (seed + index) on ``device``."""
@@ -103,8 +110,18 @@ class _Admin:
 class Engine:
     """Continuous-batching generation over a transformers causal LM."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_model_len: int, eos_ids: set[int],
-                 max_batch_size: int = 64, max_prefill_tokens: int = 4096, seed: int = 0, lora: Any = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        max_model_len: int,
+        eos_ids: set[int],
+        max_batch_size: int = 64,
+        max_prefill_tokens: int = 4096,
+        seed: int = 0,
+        lora: Any = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.device = next(model.parameters()).device
@@ -254,21 +271,27 @@ class Engine:
         ids = torch.zeros(len(chunk), longest, dtype=torch.long)
         mask = torch.zeros(len(chunk), longest, dtype=torch.bool)
         for i, req in enumerate(chunk):
-            ids[i, longest - len(req.prompt_ids):] = torch.tensor(req.prompt_ids)
-            mask[i, longest - len(req.prompt_ids):] = True
+            ids[i, longest - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids)
+            mask[i, longest - len(req.prompt_ids) :] = True
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         self._set_lora([r.adapter for r in chunk])
-        out = self.model(input_ids=ids, attention_mask=mask.long(), position_ids=positions,
-                         use_cache=True, logits_to_keep=0 if want_all else 1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=0 if want_all else 1,
+        )
         kv = BatchKV.from_cache(out.past_key_values, mask, mask.sum(-1))
         for i, req in enumerate(chunk):
             req.version = self.version
             req.seed_rows(self.device)
             if want_all:
-                valid = out.logits[i, longest - len(req.prompt_ids):]
-                req.prompt_logprobs = prompt_logprobs(valid, ids[i, longest - len(req.prompt_ids):],
-                                                      req.params.prompt_logprobs or 0)
+                valid = out.logits[i, longest - len(req.prompt_ids) :]
+                req.prompt_logprobs = prompt_logprobs(
+                    valid, ids[i, longest - len(req.prompt_ids) :], req.params.prompt_logprobs or 0
+                )
         counts = torch.tensor([r.params.n for r in chunk], device=self.device)
         kv = kv.repeat(counts)
         logits = out.logits[:, -1].repeat_interleave(counts, dim=0)
@@ -290,9 +313,14 @@ class Engine:
         ones = torch.ones(kv.rows, 1, dtype=torch.bool, device=self.device)
         self._set_lora([r.adapter for r, _ in self._rows])
         cache = kv.as_cache()
-        out = self.model(input_ids=last[:, None], position_ids=kv.pos[:, None],
-                         attention_mask=torch.cat([kv.mask, ones], 1).long(),
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=last[:, None],
+            position_ids=kv.pos[:, None],
+            attention_mask=torch.cat([kv.mask, ones], 1).long(),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         kv = kv.after_step()
         keep = self._sample_into(self._rows, out.logits[:, -1])
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
@@ -315,7 +343,7 @@ class Engine:
                 comp.sampling_mask.append(s.kept[i])
             if req.params.logprobs:
                 k = req.params.logprobs
-                comp.top.append(list(zip(top_ids[i][:k], top_lps[i][:k])))
+                comp.top.append(list(zip(top_ids[i][:k], top_lps[i][:k], strict=False)))
             self._mark_version(comp)
             self._check_finish(req, comp)
             touched[id(req)] = req

@@ -64,7 +64,7 @@ class BatchKV:
         if self.keys[0].shape[2] < self.length + new_tokens:
             self._grow(self.length + new_tokens + max(HEADROOM, self.length // 2))
         cache = DynamicCache()
-        cache.layers = [_BufferLayer(k, v, self.length) for k, v in zip(self.keys, self.values)]
+        cache.layers = [_BufferLayer(k, v, self.length) for k, v in zip(self.keys, self.values, strict=False)]
         return cache
 
     @classmethod
@@ -117,15 +117,15 @@ class BatchKV:
             return self
         length = max(self.length, other.length)
         capacity = length + HEADROOM
-        keys = [self._stack(a, b, length, capacity, other) for a, b in zip(self.keys, other.keys)]
-        values = [self._stack(a, b, length, capacity, other) for a, b in zip(self.values, other.values)]
+        keys = [self._stack(a, b, length, capacity, other) for a, b in zip(self.keys, other.keys, strict=False)]
+        values = [self._stack(a, b, length, capacity, other) for a, b in zip(self.values, other.values, strict=False)]
         mask = torch.cat([_left_pad(self.mask, length), _left_pad(other.mask, length)])
         return BatchKV(keys, values, mask, torch.cat([self.pos, other.pos]))
 
     def _stack(self, a: torch.Tensor, b: torch.Tensor, length: int, capacity: int, other: BatchKV) -> torch.Tensor:
         out = a.new_zeros(a.shape[0] + b.shape[0], a.shape[1], capacity, a.shape[3])
-        out[: a.shape[0], :, length - self.length: length] = a[:, :, : self.length]
-        out[a.shape[0]:, :, length - other.length: length] = b[:, :, : other.length]
+        out[: a.shape[0], :, length - self.length : length] = a[:, :, : self.length]
+        out[a.shape[0] :, :, length - other.length : length] = b[:, :, : other.length]
         return out
 
     def _grow(self, capacity: int) -> None:

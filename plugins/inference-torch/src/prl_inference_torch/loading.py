@@ -32,8 +32,11 @@ def pick_dtype(choice: str, device: torch.device) -> torch.dtype:
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     ids: set[int] = set()
     gen = getattr(model, "generation_config", None)
-    for source in (getattr(gen, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
-                   tokenizer.eos_token_id):
+    for source in (
+        getattr(gen, "eos_token_id", None),
+        getattr(model.config, "eos_token_id", None),
+        tokenizer.eos_token_id,
+    ):
         if isinstance(source, int):
             ids.add(source)
         elif source:
@@ -65,10 +68,26 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         template = Path(template).read_text()
     max_len = cfg.max_model_len or getattr(model.config, "max_position_embeddings", None) or 4096
     lora = LoraSet(model)
-    engine = Engine(model, tokenizer, max_model_len=max_len, eos_ids=eos_ids(model, tokenizer),
-                    max_batch_size=b.max_batch_size, max_prefill_tokens=b.max_prefill_tokens, seed=cfg.seed, lora=lora)
+    engine = Engine(
+        model,
+        tokenizer,
+        max_model_len=max_len,
+        eos_ids=eos_ids(model, tokenizer),
+        max_batch_size=b.max_batch_size,
+        max_prefill_tokens=b.max_prefill_tokens,
+        seed=cfg.seed,
+        lora=lora,
+    )
     engine.start()
     vocab = model.get_input_embeddings().weight.shape[0]
     log.info("loaded %s on %s (%s), max_model_len %d", name, device, dtype, max_len)
-    return ServerState(engine=engine, tokenizer=tokenizer, model_name=name, max_model_len=max_len, vocab_size=vocab,
-                       lora=lora, api_key=api_key, chat_template=template)
+    return ServerState(
+        engine=engine,
+        tokenizer=tokenizer,
+        model_name=name,
+        max_model_len=max_len,
+        vocab_size=vocab,
+        lora=lora,
+        api_key=api_key,
+        chat_template=template,
+    )

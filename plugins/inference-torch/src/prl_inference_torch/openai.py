@@ -45,15 +45,17 @@ def chat_logprobs(tokenizer: Any, comp: Completion, start: int = 0, end: int | N
     for i in range(start, len(comp.token_ids) if end is None else end):
         tok = _piece(tokenizer, comp.token_ids[i])
         tops = comp.top[i] if i < len(comp.top) else []
-        content.append({
-            "token": tok,
-            "logprob": comp.logprobs[i],
-            "bytes": list(tok.encode("utf-8")),
-            "top_logprobs": [
-                {"token": (t := _piece(tokenizer, tid)), "logprob": lp, "bytes": list(t.encode("utf-8"))}
-                for tid, lp in tops
-            ],
-        })
+        content.append(
+            {
+                "token": tok,
+                "logprob": comp.logprobs[i],
+                "bytes": list(tok.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": (t := _piece(tokenizer, tid)), "logprob": lp, "bytes": list(t.encode("utf-8"))}
+                    for tid, lp in tops
+                ],
+            }
+        )
     return {"content": content}
 
 
@@ -85,29 +87,49 @@ def generate_body(req: Request, request_id: str, model: str) -> dict[str, Any]:
     for comp in req.completions:
         logprobs = None
         if req.params.logprobs is not None:
-            logprobs = {"content": [
-                # "token" in vLLM's "token_id:<id>" form: verifiers' train client parses it.
-                {"token": f"token_id:{t}", "token_id": t, "logprob": lp, "rank": rk,
-                 "top_logprobs": [{"token": f"token_id:{a}", "token_id": a, "logprob": b}
-                                  for a, b in (comp.top[i] if i < len(comp.top) else [])]}
-                for i, (t, lp, rk) in enumerate(zip(comp.token_ids, comp.logprobs, comp.ranks))
-            ]}
-        choices.append({
-            "index": comp.index, "token_ids": comp.token_ids, "logprobs": logprobs,
-            "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason,
-            "weight_versions": weight_versions(comp), "sampling_mask": comp.sampling_mask or None,
-        })
+            logprobs = {
+                "content": [
+                    # "token" in vLLM's "token_id:<id>" form: verifiers' train client parses it.
+                    {
+                        "token": f"token_id:{t}",
+                        "token_id": t,
+                        "logprob": lp,
+                        "rank": rk,
+                        "top_logprobs": [
+                            {"token": f"token_id:{a}", "token_id": a, "logprob": b}
+                            for a, b in (comp.top[i] if i < len(comp.top) else [])
+                        ],
+                    }
+                    for i, (t, lp, rk) in enumerate(zip(comp.token_ids, comp.logprobs, comp.ranks, strict=False))
+                ]
+            }
+        choices.append(
+            {
+                "index": comp.index,
+                "token_ids": comp.token_ids,
+                "logprobs": logprobs,
+                "finish_reason": comp.finish_reason,
+                "stop_reason": comp.stop_reason,
+                "weight_versions": weight_versions(comp),
+                "sampling_mask": comp.sampling_mask or None,
+            }
+        )
     prompt_lp = None
     if req.prompt_logprobs is not None:
         prompt_lp = [
-            None if entry is None
+            None
+            if entry is None
             else {str(t): {"logprob": lp, "rank": rk, "decoded_token": None} for t, (lp, rk) in entry.items()}
             for entry in req.prompt_logprobs
         ]
     return {
-        "request_id": request_id, "model": model, "version": req.version,
-        "prompt_token_ids": req.prompt_ids, "prompt_logprobs": prompt_lp,
-        "choices": choices, "usage": usage([req]),
+        "request_id": request_id,
+        "model": model,
+        "version": req.version,
+        "prompt_token_ids": req.prompt_ids,
+        "prompt_logprobs": prompt_lp,
+        "choices": choices,
+        "usage": usage([req]),
     }
 
 

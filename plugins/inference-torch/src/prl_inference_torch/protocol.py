@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prl.contracts.http import ApiError, OpenModel, SamplingFields
 from pydantic import Field
 
+from prl.contracts.http import ApiError, OpenModel, SamplingFields
 from prl_inference_torch.engine import GenParams
 
 MAX_TOP_LOGPROBS = 20
@@ -54,8 +54,9 @@ class GenerateRequest(OpenModel):
     stream: bool = False
 
 
-def gen_params(fields: SamplingFields, prompt_len: int, max_model_len: int, *, logprobs: int | None,
-               max_tokens: int | None = None) -> GenParams:
+def gen_params(
+    fields: SamplingFields, prompt_len: int, max_model_len: int, *, logprobs: int | None, max_tokens: int | None = None
+) -> GenParams:
     """Check sampling fields against the context and turn them into engine parameters."""
     temperature = 1.0 if fields.temperature is None else fields.temperature
     top_p = 1.0 if fields.top_p is None else fields.top_p
@@ -79,14 +80,21 @@ def gen_params(fields: SamplingFields, prompt_len: int, max_model_len: int, *, l
         raise ApiError(f"max_tokens must be >= 1, got {want}")
     if want is not None and want > room:
         raise ApiError(
-            f"max_tokens ({want}) + prompt ({prompt_len} tokens) exceeds the context "
-            f"(max_model_len {max_model_len})"
+            f"max_tokens ({want}) + prompt ({prompt_len} tokens) exceeds the context (max_model_len {max_model_len})"
         )
     stop = [fields.stop] if isinstance(fields.stop, str) else list(fields.stop or [])
     return GenParams(
-        max_tokens=want or room, temperature=temperature, top_p=top_p, top_k=max(top_k, 0),
-        seed=fields.seed, n=fields.n, stop=[s for s in stop if s], stop_token_ids=list(fields.stop_token_ids or []),
-        ignore_eos=fields.ignore_eos, logprobs=logprobs, prompt_logprobs=fields.prompt_logprobs,
+        max_tokens=want or room,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=max(top_k, 0),
+        seed=fields.seed,
+        n=fields.n,
+        stop=[s for s in stop if s],
+        stop_token_ids=list(fields.stop_token_ids or []),
+        ignore_eos=fields.ignore_eos,
+        logprobs=logprobs,
+        prompt_logprobs=fields.prompt_logprobs,
     )
 
 

@@ -111,7 +111,7 @@ def prompt_logprobs(logits: torch.Tensor, ids: torch.Tensor, top_n: int) -> list
     for i, tok in enumerate(target.tolist()):
         entry = {tok: (chosen_l[i], ranks[i])}
         if tops is not None:
-            for rank, (lp, t) in enumerate(zip(tops.values[i].tolist(), tops.indices[i].tolist()), 1):
+            for rank, (lp, t) in enumerate(zip(tops.values[i].tolist(), tops.indices[i].tolist(), strict=False), 1):
                 entry.setdefault(t, (lp, rank))
         out.append(entry)
     return out

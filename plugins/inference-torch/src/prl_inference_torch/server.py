@@ -16,15 +16,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
-from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
 from starlette.exceptions import HTTPException
 
+from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
 from prl_inference_torch import openai as fmt
 from prl_inference_torch.engine import Engine, GenParams
 from prl_inference_torch.engine import Request as EngineRequest
@@ -51,8 +52,11 @@ class ServerState:
             return None
         if model in self.lora_paths:
             return model
-        raise ApiError(f"model '{model}' is not served here (served: {', '.join([self.model_name, *self.lora_paths])})",
-                       404, "NotFoundError")
+        raise ApiError(
+            f"model '{model}' is not served here (served: {', '.join([self.model_name, *self.lora_paths])})",
+            404,
+            "NotFoundError",
+        )
 
 
 def build_app(state: ServerState) -> FastAPI:
@@ -79,17 +83,40 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = int(time.time())
-        data = [{"id": state.model_name, "object": "model", "created": now, "owned_by": "prl",
-                 "root": state.model_name, "parent": None, "max_model_len": state.max_model_len}]
-        data += [{"id": n, "object": "model", "created": now, "owned_by": "prl", "root": p, "parent": state.model_name,
-                  "max_model_len": state.max_model_len} for n, p in state.lora_paths.items()]
+        data = [
+            {
+                "id": state.model_name,
+                "object": "model",
+                "created": now,
+                "owned_by": "prl",
+                "root": state.model_name,
+                "parent": None,
+                "max_model_len": state.max_model_len,
+            }
+        ]
+        data += [
+            {
+                "id": n,
+                "object": "model",
+                "created": now,
+                "owned_by": "prl",
+                "root": p,
+                "parent": state.model_name,
+                "max_model_len": state.max_model_len,
+            }
+            for n, p in state.lora_paths.items()
+        ]
         return {"object": "list", "data": data}
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         e = state.engine
-        lines = [f"prl_generation_tokens_total {e.tokens_generated}", f"prl_requests_running {e.running}",
-                 f"prl_requests_waiting {e.waiting}", f"prl_policy_version {e.version}"]
+        lines = [
+            f"prl_generation_tokens_total {e.tokens_generated}",
+            f"prl_requests_running {e.running}",
+            f"prl_requests_waiting {e.waiting}",
+            f"prl_policy_version {e.version}",
+        ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
     @app.post("/inference/v1/generate")
@@ -126,8 +153,9 @@ def build_app(state: ServerState) -> FastAPI:
         top = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs and not body.logprobs:
             raise ApiError("top_logprobs needs logprobs: true")
-        params = gen_params(body, len(ids), state.max_model_len, logprobs=top,
-                            max_tokens=body.max_completion_tokens or body.max_tokens)
+        params = gen_params(
+            body, len(ids), state.max_model_len, logprobs=top, max_tokens=body.max_completion_tokens or body.max_tokens
+        )
         req = EngineRequest(ids, params, adapter)
         if body.stream:
             return _stream(state, req, request, body, chat=True)
@@ -147,8 +175,10 @@ def build_app(state: ServerState) -> FastAPI:
     @app.post("/update_weights", dependencies=[Depends(admin)])
     async def update_weights(body: UpdateWeightsRequest) -> dict[str, Any]:
         if body.weight_dir is None:
-            raise ApiError("weight_dir is required: this backend loads weights from a directory "
-                           "(use the filesystem weight transport)")
+            raise ApiError(
+                "weight_dir is required: this backend loads weights from a directory "
+                "(use the filesystem weight transport)"
+            )
         async with state.weights_lock:
             model = state.engine.model
             try:
@@ -179,8 +209,9 @@ def build_app(state: ServerState) -> FastAPI:
 
     @app.post("/init_broadcaster", dependencies=[Depends(admin)])
     async def init_broadcaster() -> None:
-        raise ApiError("the torch backend has no NCCL receiver; use the filesystem weight transport", 501,
-                       "NotImplementedError")
+        raise ApiError(
+            "the torch backend has no NCCL receiver; use the filesystem weight transport", 501, "NotImplementedError"
+        )
 
     return app
 
@@ -207,9 +238,13 @@ def _chat_prompt(state: ServerState, body: ChatRequest) -> list[int]:
     kwargs = dict(body.chat_template_kwargs or {})
     try:
         text = state.tokenizer.apply_chat_template(
-            body.messages, tools=body.tools, tokenize=False, chat_template=state.chat_template,
+            body.messages,
+            tools=body.tools,
+            tokenize=False,
+            chat_template=state.chat_template,
             add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-            continue_final_message=body.continue_final_message, **kwargs,
+            continue_final_message=body.continue_final_message,
+            **kwargs,
         )
     except Exception as exc:  # template errors are the caller's messages, not a server fault
         raise ApiError(f"cannot render messages with the chat template: {exc}") from exc
@@ -233,8 +268,9 @@ def _completion_prompts(state: ServerState, prompt: Any) -> list[list[int]]:
     return out
 
 
-async def _run(state: ServerState, ids: list[int], params: GenParams, adapter: str | None,
-               request: Request) -> EngineRequest:
+async def _run(
+    state: ServerState, ids: list[int], params: GenParams, adapter: str | None, request: Request
+) -> EngineRequest:
     req = EngineRequest(ids, params, adapter)
     await _run_request(state, req, request)
     return req
@@ -248,7 +284,7 @@ async def _run_request(state: ServerState, req: EngineRequest, request: Request)
         while not req.done:
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if await request.is_disconnected():
                     state.engine.cancel(req)
                     return
@@ -281,32 +317,53 @@ def _head(kind: str, model: str) -> dict[str, Any]:
 def _chat_body(state: ServerState, body: ChatRequest, req: EngineRequest) -> dict[str, Any]:
     choices = []
     for comp in req.completions:
-        choices.append({
-            "index": comp.index,
-            "message": {"role": "assistant",
-                        "content": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens)},
-            "logprobs": fmt.chat_logprobs(state.tokenizer, comp) if body.logprobs else None,
-            "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason,
-            "token_ids": comp.token_ids, "weight_versions": fmt.weight_versions(comp),
-        })
-    return {**_head("chatcmpl", body.model or state.model_name), "object": "chat.completion", "choices": choices,
-            "usage": fmt.usage([req]), "prompt_token_ids": req.prompt_ids, "version": req.version}
+        choices.append(
+            {
+                "index": comp.index,
+                "message": {
+                    "role": "assistant",
+                    "content": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens),
+                },
+                "logprobs": fmt.chat_logprobs(state.tokenizer, comp) if body.logprobs else None,
+                "finish_reason": comp.finish_reason,
+                "stop_reason": comp.stop_reason,
+                "token_ids": comp.token_ids,
+                "weight_versions": fmt.weight_versions(comp),
+            }
+        )
+    return {
+        **_head("chatcmpl", body.model or state.model_name),
+        "object": "chat.completion",
+        "choices": choices,
+        "usage": fmt.usage([req]),
+        "prompt_token_ids": req.prompt_ids,
+        "version": req.version,
+    }
 
 
 def _completion_body(state: ServerState, body: CompletionRequest, reqs: list[EngineRequest]) -> dict[str, Any]:
     choices = []
     for i, req in enumerate(reqs):
         for comp in req.completions:
-            choices.append({
-                "index": i * body.n + comp.index,
-                "text": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens),
-                "logprobs": fmt.completion_logprobs(state.tokenizer, comp) if body.logprobs is not None else None,
-                "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason,
-                "token_ids": comp.token_ids, "prompt_token_ids": req.prompt_ids,
-                "weight_versions": fmt.weight_versions(comp),
-            })
-    return {**_head("cmpl", body.model or state.model_name), "object": "text_completion", "choices": choices,
-            "usage": fmt.usage(reqs), "version": reqs[0].version}
+            choices.append(
+                {
+                    "index": i * body.n + comp.index,
+                    "text": fmt.completion_text(state.tokenizer, comp, body.skip_special_tokens),
+                    "logprobs": fmt.completion_logprobs(state.tokenizer, comp) if body.logprobs is not None else None,
+                    "finish_reason": comp.finish_reason,
+                    "stop_reason": comp.stop_reason,
+                    "token_ids": comp.token_ids,
+                    "prompt_token_ids": req.prompt_ids,
+                    "weight_versions": fmt.weight_versions(comp),
+                }
+            )
+    return {
+        **_head("cmpl", body.model or state.model_name),
+        "object": "text_completion",
+        "choices": choices,
+        "usage": fmt.usage(reqs),
+        "version": reqs[0].version,
+    }
 
 
 def _stream(state: ServerState, req: EngineRequest, request: Request, body: Any, chat: bool) -> StreamingResponse:
@@ -339,18 +396,22 @@ async def _events(state: ServerState, req: EngineRequest, body: Any, chat: bool)
                     continue
                 done = c.finish_reason is not None
                 text = fmt.stream_safe_text(state.tokenizer, c, req.params.stop, body.skip_special_tokens)
-                delta_text, start = text[sent_text[c.index]:], sent_tok[c.index]
+                delta_text, start = text[sent_text[c.index] :], sent_tok[c.index]
                 sent_text[c.index] = max(sent_text[c.index], len(text))
                 sent_tok[c.index] = len(c.token_ids)
-                choice = {"index": c.index, "finish_reason": c.finish_reason if done else None,
-                          "token_ids": c.token_ids[start:]}
+                choice = {
+                    "index": c.index,
+                    "finish_reason": c.finish_reason if done else None,
+                    "token_ids": c.token_ids[start:],
+                }
                 if chat:
                     choice["delta"] = {"content": delta_text}
                     choice["logprobs"] = fmt.chat_logprobs(state.tokenizer, c, start) if body.logprobs else None
                 else:
                     choice["text"] = delta_text
-                    choice["logprobs"] = (fmt.completion_logprobs(state.tokenizer, c, start)
-                                          if body.logprobs is not None else None)
+                    choice["logprobs"] = (
+                        fmt.completion_logprobs(state.tokenizer, c, start) if body.logprobs is not None else None
+                    )
                 if done:
                     choice["stop_reason"] = c.stop_reason
                     finished.add(c.index)

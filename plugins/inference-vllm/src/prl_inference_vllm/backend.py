@@ -22,7 +22,6 @@ from typing import Any
 
 from prl.contracts import InferenceBackend
 from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
-
 from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
 log = logging.getLogger("prl_inference_vllm")
@@ -131,4 +130,3 @@ async def _announce(app: Any, sock: socket.socket, ready: str | os.PathLike | No
 def main(argv: list[str] | None = None) -> int:
     """``python -m prl_inference_vllm <resolved inference.json>``: serve one resolved config."""
     return serve_main(argv, "prl_inference_vllm", VllmBackend)
-

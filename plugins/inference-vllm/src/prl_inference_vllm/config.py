@@ -81,9 +81,7 @@ class VllmInferenceConfig(InferenceBackendConfig):
         for key in self.extra_args:
             name = _snake(key)
             if name in RESERVED_ARGS:
-                raise ValueError(
-                    f"extra_args.{key} is set by prl from {RESERVED_ARGS[name]}; set it there instead"
-                )
+                raise ValueError(f"extra_args.{key} is set by prl from {RESERVED_ARGS[name]}; set it there instead")
             if name in type(self).model_fields and name not in ("type", "extra_args", "ready_file"):
                 raise ValueError(f"extra_args.{key} duplicates the typed field '{name}'; set that field instead")
         return self

@@ -19,10 +19,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from prl.contracts.http import ApiError, OpenModel, SamplingFields
 from pydantic import Field
 
-
+from prl.contracts.http import ApiError, OpenModel, SamplingFields
 
 
 class GenerateSampling(SamplingFields):
@@ -104,12 +103,14 @@ def _logprob_entries(comp: Any, top: int) -> list[dict[str, Any]]:
             ((tid, lp) for tid, lp in entry.items() if lp.rank is not None and lp.rank <= top),
             key=lambda kv: kv[1].rank,
         )
-        out.append({
-            "token_id": tok,
-            "logprob": None if chosen is None else float(chosen.logprob),
-            "rank": None if chosen is None else chosen.rank,
-            "top_logprobs": [{"token_id": tid, "logprob": float(lp.logprob)} for tid, lp in alts],
-        })
+        out.append(
+            {
+                "token_id": tok,
+                "logprob": None if chosen is None else float(chosen.logprob),
+                "rank": None if chosen is None else chosen.rank,
+                "top_logprobs": [{"token_id": tid, "logprob": float(lp.logprob)} for tid, lp in alts],
+            }
+        )
     return out
 
 
@@ -122,7 +123,9 @@ def _prompt_logprobs(out: Any) -> list[Any] | None:
     if out.prompt_logprobs is None:
         return None
     return [
-        None if entry is None else {
+        None
+        if entry is None
+        else {
             str(tid): {"logprob": float(lp.logprob), "rank": lp.rank, "decoded_token": None}
             for tid, lp in entry.items()
         }
@@ -135,14 +138,16 @@ def generate_body(out: Any, request_id: str, model: str, top: int, version: int)
     choices = []
     for comp in out.outputs:
         versions = _versions(comp)
-        choices.append({
-            "index": comp.index,
-            "token_ids": list(comp.token_ids),
-            "logprobs": {"content": _logprob_entries(comp, top)},
-            "finish_reason": comp.finish_reason or "abort",
-            "stop_reason": comp.stop_reason,
-            "weight_versions": versions,
-        })
+        choices.append(
+            {
+                "index": comp.index,
+                "token_ids": list(comp.token_ids),
+                "logprobs": {"content": _logprob_entries(comp, top)},
+                "finish_reason": comp.finish_reason or "abort",
+                "stop_reason": comp.stop_reason,
+                "weight_versions": versions,
+            }
+        )
     first = [int(c["weight_versions"][0]["version"]) for c in choices if c["weight_versions"]]
     prompt_ids = list(out.prompt_token_ids or [])
     completion_tokens = sum(len(c["token_ids"]) for c in choices)

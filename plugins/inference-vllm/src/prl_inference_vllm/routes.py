@@ -31,9 +31,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
 from pydantic import BaseModel, ValidationError
 
+from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
 from prl_inference_vllm.generate import GenerateRequest, generate_body, new_request_id, sampling_params
 from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir
 
@@ -184,8 +184,11 @@ def _admin_routes(router: APIRouter, state: PrlState) -> None:
 
     @router.post("/init_broadcaster", dependencies=[admin])
     async def init_broadcaster() -> None:
-        raise ApiError("the vllm backend receives weights from directories; use the filesystem weight transport",
-                       501, "NotImplementedError")
+        raise ApiError(
+            "the vllm backend receives weights from directories; use the filesystem weight transport",
+            501,
+            "NotImplementedError",
+        )
 
 
 def _lora_for(state: PrlState, app: FastAPI, model: str | None) -> Any:
@@ -219,8 +222,7 @@ async def _generate(body: GenerateRequest, request: Request, state: PrlState) ->
         raise ApiError(str(exc)) from None
     if final is None:
         raise ApiError("request produced no output (aborted)", 499, "ClientClosedRequest")
-    return generate_body(final, rid, body.model or state.model_name, body.sampling_params.logprobs or 0,
-                         state.version)
+    return generate_body(final, rid, body.model or state.model_name, body.sampling_params.logprobs or 0, state.version)
 
 
 async def _openai(state: PrlState, request: Request, model: type[BaseModel], handler: Any) -> Any:
@@ -250,8 +252,10 @@ async def _openai(state: PrlState, request: Request, model: type[BaseModel], han
 
 async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[str, Any]:
     if body.weight_dir is None:
-        raise ApiError("weight_dir is required: the vllm backend loads weights from a directory "
-                       "(use the filesystem weight transport)")
+        raise ApiError(
+            "weight_dir is required: the vllm backend loads weights from a directory "
+            "(use the filesystem weight transport)"
+        )
     try:
         path = await asyncio.to_thread(check_weight_dir, body.weight_dir, state.served_config, state.served_shapes)
     except WeightError as exc:
@@ -270,8 +274,9 @@ async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[s
             state.version = version
         except Exception as exc:
             log.exception("weight reload from %s failed", path)
-            raise ApiError(f"loading weights from '{body.weight_dir}' failed: {exc}", 500,
-                           "InternalServerError") from None
+            raise ApiError(
+                f"loading weights from '{body.weight_dir}' failed: {exc}", 500, "InternalServerError"
+            ) from None
         finally:
             if we_paused:
                 await engine.resume_generation()

@@ -115,8 +115,10 @@ def _check_config(new: dict[str, Any], served: dict[str, Any]) -> None:
 def _check_shapes(new: dict[str, list[int]], served: dict[str, list[int]]) -> None:
     # Both directions: an extra tensor means another architecture, a missing one would
     # leave part of the old policy in place under the new version's name.
-    for names, what in ((sorted(set(new) - set(served)), "is not in the served model"),
-                        (sorted(set(served) - set(new)), "of the served model is missing")):
+    for names, what in (
+        (sorted(set(new) - set(served)), "is not in the served model"),
+        (sorted(set(served) - set(new)), "of the served model is missing"),
+    ):
         if names:
             more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
             raise WeightError(f"weight_dir tensor '{names[0]}'{more} {what}")

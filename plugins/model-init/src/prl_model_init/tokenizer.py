@@ -125,7 +125,7 @@ CHAT_TEMPLATE = (
     "{%- for tc in (m.tool_calls or []) -%}"
     "{%- set f = tc.function if tc.function is defined else tc -%}"
     "{%- if not loop.first or r.body -%}{{- '\\n' -}}{%- endif -%}"
-    "{{- '<tool_call>\\n{\"name\": \"' + f.name + '\", \"arguments\": ' -}}"
+    '{{- \'<tool_call>\\n{"name": "\' + f.name + \'", "arguments": \' -}}'
     "{%- if f.arguments is string -%}{{- f.arguments -}}{%- else -%}{{- f.arguments | tojson -}}{%- endif -%}"
     "{{- '}\\n</tool_call>' -}}"
     "{%- endfor -%}"

@@ -65,7 +65,10 @@ class AlphabetSort(Taskset):
         c = self.config
         total = c.first_names + c.names_per_turn * (c.num_turns - 1)
         if total > len(NAMES):
-            raise ValueError(f"env.taskset: {total} names per episode exceed the {len(NAMES)} available; lower num_turns or names_per_turn")
+            raise ValueError(
+                f"env.taskset: {total} names per episode exceed the {len(NAMES)} available; "
+                "lower num_turns or names_per_turn"
+            )
         count = {"train": c.num_train, "eval": c.num_eval}.get(split)
         if count is None:
             raise ValueError(f"alphabet-sort has splits 'train' and 'eval', not '{split}'")

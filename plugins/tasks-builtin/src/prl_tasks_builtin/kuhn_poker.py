@@ -68,7 +68,9 @@ class KuhnPoker(Taskset):
             raise ValueError(f"kuhn-poker has splits 'train' and 'eval', not '{split}'")
         for i in range(count):
             p1, p2 = DEALS[i % len(DEALS)]
-            yield Task(task_id=f"{split}/{i}", prompt=_intro("player1", p1), data={"cards": {"player1": p1, "player2": p2}})
+            yield Task(
+                task_id=f"{split}/{i}", prompt=_intro("player1", p1), data={"cards": {"player1": p1, "player2": p2}}
+            )
 
     async def rollout(self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling) -> Trace:
         sampling = with_default_max_tokens(sampling, self.config.max_tokens)
@@ -114,7 +116,9 @@ class _Hand:
         first = await self.act("player1", None, ("check", "bet"))
         if first is None:
             return {"player1": -2, "player2": 1}, True, False
-        second = await self.act("player2", f"player1 chose to {first}.", ("call", "fold") if first == "bet" else ("check", "bet"))
+        second = await self.act(
+            "player2", f"player1 chose to {first}.", ("call", "fold") if first == "bet" else ("check", "bet")
+        )
         if second is None:
             return {"player1": 1, "player2": -2}, True, False
         if second == "fold":

@@ -52,7 +52,7 @@ def evaluate(expr: str, max_number: int, max_ops: int) -> tuple[int, int] | None
     if not 1 <= len(ops) <= max_ops or any(n > max_number for n in numbers):
         return None
     terms = [numbers[0]]  # fold products first, then sum the signed terms
-    for op, n in zip(ops, numbers[1:]):
+    for op, n in zip(ops, numbers[1:], strict=False):
         if op == "*":
             terms[-1] *= n
         else:
@@ -98,7 +98,10 @@ class ProposerSolver(Taskset):
                 f"Write one arithmetic expression with exactly {ops} operator(s) from + - * and integers "
                 f"from 0 to {c.max_number}. Make it tricky but solvable. Reply with the expression only."
             )
-            prompt = [{"role": "system", "content": "You write short arithmetic problems."}, {"role": "user", "content": text}]
+            prompt = [
+                {"role": "system", "content": "You write short arithmetic problems."},
+                {"role": "user", "content": text},
+            ]
             yield Task(task_id=f"{split}/{i}", prompt=prompt, data={"ops": ops})
 
     async def rollout(self, task: Task, client: InferenceClient, renderer: Renderer, sampling: Sampling) -> Trace:
@@ -111,10 +114,13 @@ class ProposerSolver(Taskset):
         solvers: list[Conversation] = []
         if parsed is not None:
             value, _ = parsed
-            ask = [{"role": "system", "content": "Compute the value. Reply with the number only."}, {"role": "user", "content": problem}]
+            ask = [
+                {"role": "system", "content": "Compute the value. Reply with the number only."},
+                {"role": "user", "content": problem},
+            ]
             solvers = [Conversation(renderer, ask, agent=f"solver/{i}") for i in range(c.num_solvers)]
             replies = await asyncio.gather(*(s.sample(client, sampling) for s in solvers))
-            for solver, reply in zip(solvers, replies):
+            for solver, reply in zip(solvers, replies, strict=False):
                 rewards[solver.agent] = float(last_int(reply) == value)
         solve_rate = sum(rewards.values()) / len(rewards) if rewards else 0.0
         rewards["proposer"] = 1.0 - abs(2.0 * solve_rate - 1.0) if parsed is not None else 0.0
@@ -126,7 +132,11 @@ class ProposerSolver(Taskset):
             branches=[b for conv in everyone for b in conv.branches],
             reward=solve_rate,
             agent_rewards=rewards,
-            metrics={"valid": float(parsed is not None), "solve_rate": solve_rate, "ops": float(parsed[1] if parsed else 0)},
+            metrics={
+                "valid": float(parsed is not None),
+                "solve_rate": solve_rate,
+                "ops": float(parsed[1] if parsed else 0),
+            },
             messages=[m for conv in everyone for m in conv.messages],
             turns=sum(conv.turns for conv in everyone),
             is_truncated=any(conv.truncated for conv in everyone),

@@ -75,7 +75,13 @@ def _options(full: bool = False) -> StateDictOptions:
 
 
 def save(
-    step_dir: Path, hf_model, optimizer, scheduler, progress: dict, loader_state: dict | None, rank: int,
+    step_dir: Path,
+    hf_model,
+    optimizer,
+    scheduler,
+    progress: dict,
+    loader_state: dict | None,
+    rank: int,
     meta: dict | None = None,
 ) -> None:
     """Write the trainer checkpoint of one step (collective: every rank calls it).

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 
 def export_cmd(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoints/step_N directory.")],
-    out: Annotated[Optional[Path], typer.Argument(help="Output directory (default: <checkpoint>/weights).")] = None,
+    out: Annotated[Path | None, typer.Argument(help="Output directory (default: <checkpoint>/weights).")] = None,
     dtype: Annotated[str, typer.Option(help="Weight dtype: bfloat16 or float32.")] = "bfloat16",
 ) -> None:
     """Convert a DCP trainer checkpoint to a Hugging Face model directory."""

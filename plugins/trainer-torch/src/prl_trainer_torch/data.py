@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from prl.config.errors import DataError
 
 MESSAGE_COLUMNS = ("messages", "prompt", "completion", "tools", "message_loss_mask")
@@ -187,8 +188,10 @@ class RowRenderer:
         if sampled is not None:
             # A renderer that marks the tokens a model generates lets assistant turns train
             # on exactly those (not on the role header the template writes).
-            mask = [m and (sampled[i] or msgs[mi]["role"] != "assistant") for i, (m, mi) in
-                    enumerate(zip(mask, rendered.message_index))]
+            mask = [
+                m and (sampled[i] or msgs[mi]["role"] != "assistant")
+                for i, (m, mi) in enumerate(zip(mask, rendered.message_index, strict=False))
+            ]
         if len(ids) < 2 or not any(mask[1:]):
             return None
         return Sample(ids[:-1], ids[1:], mask[1:], int(row.get(SUBSET_COLUMN) or 0))
@@ -237,6 +240,12 @@ def _row(buf: list[Sample], length: int, pad_id: int) -> PackedRow:
     mask += [False] * pad
     pos += range(pad)
     return PackedRow(
-        torch.tensor(ids), torch.tensor(tgt), torch.tensor(mask), torch.tensor(pos), len(buf), real,
-        tuple(s.subset for s in buf), tuple(len(s.inputs) for s in buf),
+        torch.tensor(ids),
+        torch.tensor(tgt),
+        torch.tensor(mask),
+        torch.tensor(pos),
+        len(buf),
+        real,
+        tuple(s.subset for s in buf),
+        tuple(len(s.inputs) for s in buf),
     )

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from prl.config.errors import DataError
 
+from prl.config.errors import DataError
 from prl_trainer_torch.data import PackedRow, RowRenderer, Sample, load_dataset_rows, pack, subset_labels
 from prl_trainer_torch.prefetch import ahead, parallel_samples
 
@@ -111,8 +111,12 @@ class SFTLoader:
         self._it: Iterator[PackedRow] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "rows": self.rows, "seen_samples": dict(self.seen_samples),
-                "seen_tokens": dict(self.seen_tokens)}
+        return {
+            "epoch": self.epoch,
+            "rows": self.rows,
+            "seen_samples": dict(self.seen_samples),
+            "seen_tokens": dict(self.seen_tokens),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.rows = int(state["epoch"]), int(state["rows"])

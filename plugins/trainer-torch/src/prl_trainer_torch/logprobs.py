@@ -104,7 +104,9 @@ class _ChunkedLogprobs(torch.autograd.Function):
         g_ent = torch.zeros_like(lse) if g_ent is None else g_ent.float()
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # Accumulate W's gradient over chunks in fp32; one rounding to its dtype at the end.
-        grad_w = torch.zeros(weight.shape, device=weight.device, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_w = (
+            torch.zeros(weight.shape, device=weight.device, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        )
         for start in range(0, n, ctx.chunk_size):
             sl = slice(start, start + ctx.chunk_size)
             logits = hidden[sl] @ weight.t()

@@ -46,6 +46,4 @@ def lr_factor(step: int, total: int, sched: Any) -> float:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, sched_cfg: Any, total_steps: int, offset: int = 0):
     """A LambdaLR over ``total_steps``; ``offset`` shifts it when a resume rebuilds it."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s + offset, total_steps, sched_cfg)
-    )
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s + offset, total_steps, sched_cfg))

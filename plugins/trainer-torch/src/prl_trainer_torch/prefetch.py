@@ -94,8 +94,12 @@ def parallel_samples(source_args: tuple, epoch: int, workers: int, depth: int = 
     queues = [ctx.Queue(maxsize=depth) for _ in range(workers)]
     stop = ctx.Event()
     procs = [
-        ctx.Process(target=_render_shard, args=(source_args, epoch, w, workers, queues[w], stop), daemon=True,
-                    name=f"prl-data-{w}")
+        ctx.Process(
+            target=_render_shard,
+            args=(source_args, epoch, w, workers, queues[w], stop),
+            daemon=True,
+            name=f"prl-data-{w}",
+        )
         for w in range(workers)
     ]
     for p in procs:

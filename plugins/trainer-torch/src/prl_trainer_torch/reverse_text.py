@@ -42,7 +42,7 @@ def write_dataset(out: Path, n_train: int = 20000, n_val: int = 200, seed: int =
     seen = {r["prompt"] for r in train}
     val = [r for r in make_rows(n_val * 2, seed + 1_000_003) if r["prompt"] not in seen][:n_val]
     paths = (out / "train.jsonl", out / "val.jsonl")
-    for path, rows in zip(paths, (train, val)):
+    for path, rows in zip(paths, (train, val), strict=False):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return paths
 
@@ -54,8 +54,9 @@ def lcs_ratio(generated: str, target: str) -> float:
 def evaluate(model_dir: str, val_path: Path, renderer_cfg: Any, limit: int = 200, batch: int = 50) -> dict[str, float]:
     """Mean LCS ratio and exact-match rate of greedy generations on the held-out rows."""
     import torch
-    from prl.plugins import get_registry
     from transformers import AutoModelForCausalLM
+
+    from prl.plugins import get_registry
 
     renderer = get_registry().get("renderers", renderer_cfg.name)(renderer_cfg, model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -73,10 +74,14 @@ def evaluate(model_dir: str, val_path: Path, renderer_cfg: Any, limit: int = 200
         attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         with torch.no_grad():
             out = model.generate(
-                input_ids=ids, attention_mask=attn, max_new_tokens=max(len(r["completion"]) for r in chunk) * 2 + 8,
-                do_sample=False, eos_token_id=stops, pad_token_id=stops[0] if stops else 0,
+                input_ids=ids,
+                attention_mask=attn,
+                max_new_tokens=max(len(r["completion"]) for r in chunk) * 2 + 8,
+                do_sample=False,
+                eos_token_id=stops,
+                pad_token_id=stops[0] if stops else 0,
             )
-        for r, seq in zip(chunk, out[:, width:].tolist()):
+        for r, seq in zip(chunk, out[:, width:].tolist(), strict=False):
             cut = next((i + 1 for i, t in enumerate(seq) if t in stops), len(seq))
             text = (renderer.parse_response(seq[:cut]).get("content") or "").strip()
             scores.append(lcs_ratio(text, r["completion"]))

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
-from prl.contracts.monitor import build_monitors
 
+from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.metrics import emit, peak_memory_gib
@@ -88,7 +88,9 @@ class RLRun:
         self._resume()
         registry = get_registry()
         self.loss_fn = registry.get("losses", config.loss.type)(config.loss)
-        self.transport = registry.get("weight_transports", config.weight_broadcast.type)(config.weight_broadcast, self.run_dir)
+        self.transport = registry.get("weight_transports", config.weight_broadcast.type)(
+            config.weight_broadcast, self.run_dir
+        )
         self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
 
     def _resume(self) -> None:
@@ -153,7 +155,16 @@ class RLRun:
             return
         t0 = time.perf_counter()
         meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
-        ckpt.save(self.ckpt_root / f"step_{step}", self.hf, self.optimizer, self.scheduler, self.progress, None, self.dist.rank, meta)
+        ckpt.save(
+            self.ckpt_root / f"step_{step}",
+            self.hf,
+            self.optimizer,
+            self.scheduler,
+            self.progress,
+            None,
+            self.dist.rank,
+            meta,
+        )
         if self.dist.world > 1:
             tdist.barrier()
         if self.dist.is_main:

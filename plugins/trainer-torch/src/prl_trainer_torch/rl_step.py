@@ -33,8 +33,9 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
-from prl.contracts.loss import Loss, LossInputs
 from prl_loss_common import component_losses, global_scales, local_scales, mismatch_kl, normalise, rl_mask
+
+from prl.contracts.loss import Loss, LossInputs
 
 FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
 
@@ -62,8 +63,7 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
     if raw.get("sampling_mask") is not None:
         raise ValueError(
-            "sampling_mask: trainer 'torch' does not replay truncated sampling yet; "
-            "sample with top_p = 1 and no top_k"
+            "sampling_mask: trainer 'torch' does not replay truncated sampling yet; sample with top_p = 1 and no top_k"
         )
     pos = torch.tensor(raw["position_ids"], dtype=torch.long, device=device)
     has_pred = pos != 0
@@ -130,7 +130,9 @@ class StepStats:
 
 def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int) -> StepStats:
     """Forward and backward over this rank's micro-batches; gradients accumulate in ``policy``."""
-    scales = global_scales(sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs))
+    scales = global_scales(
+        sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs)
+    )
     stats = StepStats()
     for mb in mbs:
         logp, entropy = token_logprobs(policy, mb)
@@ -152,7 +154,11 @@ def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int) 
 
 
 def _accumulate(stats: StepStats, sums, scales, mb: MicroBatch, logp: torch.Tensor, entropy: torch.Tensor) -> None:
-    for name, total, scale in (("rl", sums.rl, scales.rl), ("ce", sums.ce, scales.ce), ("ref_kl", sums.ref_kl, scales.ref_kl)):
+    for name, total, scale in (
+        ("rl", sums.rl, scales.rl),
+        ("ce", sums.ce, scales.ce),
+        ("ref_kl", sums.ref_kl, scales.ref_kl),
+    ):
         value = float(total.detach()) / (scale if scale > 0 else 1.0)
         stats.loss[name] += value
         stats.loss["all"] += value
@@ -184,7 +190,7 @@ def reduce_stats(stats: StepStats, world: int) -> dict[str, float]:
         for k, v in s["plugin"].items():
             plugin[k] += v
         for k, v in s["per_env"].items():
-            per_env[k] = [a + b for a, b in zip(per_env[k], v)]
+            per_env[k] = [a + b for a, b in zip(per_env[k], v, strict=False)]
         pw, tokens, nonfinite = pw + s["plugin_weight"], tokens + s["tokens"], nonfinite + s["nonfinite"]
     out = {f"loss/{k}": v for k, v in loss.items()}
     for k, v in plugin.items():
@@ -200,6 +206,7 @@ def reduce_stats(stats: StepStats, world: int) -> dict[str, float]:
 
 def _plain(stats: StepStats) -> dict[str, Any]:
     return {
-        "loss": dict(stats.loss), "plugin": dict(stats.plugin), "per_env": {k: list(v) for k, v in stats.per_env.items()},
+        "loss": dict(stats.loss), "plugin": dict(stats.plugin),
+        "per_env": {k: list(v) for k, v in stats.per_env.items()},
         "plugin_weight": stats.plugin_weight, "tokens": stats.tokens, "nonfinite": stats.nonfinite,
     }  # fmt: skip

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 import torch.distributed as tdist
+
 from prl.config.errors import DataError
 from prl.contracts.monitor import build_monitors
-
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows

@@ -3,7 +3,8 @@
 Users never call torchrun: with ``num_workers > 1`` the trainer writes the resolved config
 as JSON, starts ``torchrun --nproc-per-node num_workers -m prl_trainer_torch.sft <json>``
 (``.rl`` for RL; through :mod:`prl_trainer_torch.torchrun`, which keeps a rank's one-line
-usage error free of torchrun's traceback) and returns its exit code. Each rank reads only that JSON. Per-rank logs go under
+usage error free of torchrun's traceback) and returns its exit code. Each rank reads only
+that JSON. Per-rank logs go under
 ``$PRL_ATTEMPT_LOG_DIR/trainer/torchrun`` when the launcher sets that variable.
 """
 

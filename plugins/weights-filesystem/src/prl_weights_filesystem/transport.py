@@ -129,7 +129,7 @@ def save_safetensors(state_dict: dict[str, Any], target: Path, max_shard_bytes: 
         return ["model.safetensors"]
     names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
-    for name, shard in zip(names, shards):
+    for name, shard in zip(names, shards, strict=False):
         _save_atomic(save_file, shard, target / name)
         weight_map.update(dict.fromkeys(shard, name))
     total = sum(t.numel() * t.element_size() for t in tensors.values())

@@ -21,7 +21,6 @@ import sys
 if getattr(sys.modules.get("renderers"), "__file__", "") is None:
     del sys.modules["renderers"]
 import renderers as _package  # noqa: E402,F401
-
 from prl_renderers.tokenizer import RendererError, load_tokenizer  # noqa: E402
 
 __all__ = ["RendererError", "load_tokenizer"]

@@ -78,4 +78,4 @@ def bridge_suffix(prev_prompt: list[int], prev_completion: list[int], full: list
     prev = [*prev_prompt, *prev_completion]
     if full[: len(prev)] != prev:
         return None
-    return full[len(prev):]
+    return full[len(prev) :]

@@ -89,8 +89,9 @@ class DefaultRenderer(Renderer):
                 f"renderer 'default': tokenizer {path!r} has no chat template; pick a renderer family by name"
             )
         self.template_kwargs = dict(config.model_extra or {})
-        from renderers import DefaultRendererConfig
         from renderers.default import DefaultRenderer as PackageDefault
+
+        from renderers import DefaultRendererConfig
 
         try:
             parsers = DefaultRendererConfig(tool_parser=config.tool_parser, reasoning_parser=config.reasoning_parser)
@@ -129,7 +130,7 @@ class DefaultRenderer(Renderer):
     def _char_owners(self, messages: list[dict], tools: list[dict] | None, full: str) -> list[int]:
         owner = [-1] * len(full)
         cursor = 0
-        for i, msg in enumerate(messages):
+        for i, _msg in enumerate(messages):
             prefix = self._try_text(messages[: i + 1], tools, False)
             stop = len(prefix) if prefix is not None and full.startswith(prefix) else None
             limit = stop if stop is not None else len(full)
@@ -152,7 +153,7 @@ class DefaultRenderer(Renderer):
             return None
         after = max(start, at + len(body)) if at >= 0 else start
         ends = [full.find(t, after, hi) for t in self._stop_text]
-        ends = [(e, len(t)) for e, t in zip(ends, self._stop_text) if e >= 0]
+        ends = [(e, len(t)) for e, t in zip(ends, self._stop_text, strict=False) if e >= 0]
         if ends:
             e, n = min(ends)
             return start, e + n

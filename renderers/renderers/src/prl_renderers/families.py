@@ -26,8 +26,7 @@ from prl_renderers.tokenizer import RendererError, resolve_tokenizer
 FIELD_DOCS: dict[str, str] = {
     "thinking_retention": "How much past reasoning stays in context when bridging turns: None follows the "
     "template, 'tool_cycle' keeps it within the current tool cycle, 'all' keeps it across user turns.",
-    "enable_thinking": "Let the model reason in a think block; False pre-fills an empty one in the "
-    "generation prompt.",
+    "enable_thinking": "Let the model reason in a think block; False pre-fills an empty one in the generation prompt.",
     "thinking": "Let the model reason before answering (Kimi K2.5's name for enable_thinking).",
     "add_vision_id": "Number images and videos ('Picture N:') in the prompt, as the template's add_vision_id does.",
     "image_cache_max": "Entries kept in the renderer's processed-image cache.",
@@ -84,7 +83,7 @@ def _make_config(name: str, upstream: type) -> type[RendererConfig]:
         f"{_class_stem(name)}RendererConfig",
         __base__=RendererConfig,
         __module__=__name__,
-        __doc__=f"``[renderer] name = \"{name}\"``: the renderers package's {name} renderer.",
+        __doc__=f'``[renderer] name = "{name}"``: the renderers package\'s {name} renderer.',
         __validators__={"_check_upstream": model_validator(mode="after")(check_upstream)},
         **fields,
     )
