@@ -1,12 +1,14 @@
-"""--dry-run writes the run directory as spec/runs-and-artifacts.md §1–2 describes."""
+"""--dry-run writes the run directory as ``docs/runs.md`` describes."""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from typer.testing import CliRunner
 
+from prl import layout
 from prl.cli.main import app
 
 SRC = '[{"name": "alpha", "env": {"taskset": {"id": "fake-tasks"}}}]'
@@ -78,15 +80,17 @@ def test_run_name_escaping_output_dir_is_rejected(fake_plugins, tmp_path):
     assert result.exit_code == 2 and "--run.dir" in result.output
 
 
+def _complete_step(run: Path, n: int) -> None:
+    """An RL checkpoint step both trainer and orchestrator marked complete."""
+    for part in layout.COMPONENTS["rl"]:
+        layout.mark_complete(layout.step_dir(run / "checkpoints", n), part)
+
+
 def test_resume_requires_a_complete_checkpoint(fake_plugins, tmp_path):
     dry(tmp_path, "--run.name", "r4")
     result = dry(tmp_path, "--run.name", "r4", "--resume")
     assert result.exit_code == 2 and "no complete checkpoint" in result.output
-    step = tmp_path / "r4" / "checkpoints" / "step_2"
-    (step / "trainer").mkdir(parents=True)
-    (step / "trainer" / ".metadata").write_text("")
-    (step / "orchestrator").mkdir()
-    (step / "orchestrator" / "progress.pt").write_text("")
+    _complete_step(tmp_path / "r4", 2)
     assert dry(tmp_path, "--run.name", "r4", "--resume").exit_code == 0
     result = dry(tmp_path, "--run.name", "r4", "--resume.step", "3")
     assert result.exit_code == 2 and "--resume.step" in result.output
@@ -95,11 +99,7 @@ def test_resume_requires_a_complete_checkpoint(fake_plugins, tmp_path):
 def test_clean_with_resume_removes_only_later_steps(fake_plugins, tmp_path):
     dry(tmp_path, "--run.name", "r5")
     for n in (1, 2, 3):
-        step = tmp_path / "r5" / "checkpoints" / f"step_{n}"
-        (step / "trainer").mkdir(parents=True)
-        (step / "trainer" / ".metadata").write_text("")
-        (step / "orchestrator").mkdir()
-        (step / "orchestrator" / "progress.pt").write_text("")
+        _complete_step(tmp_path / "r5", n)
     result = dry(tmp_path, "--run.name", "r5", "--resume.step", "2", "--clean")
     assert result.exit_code == 0, result.output
     left = sorted(p.name for p in (tmp_path / "r5" / "checkpoints").iterdir())

@@ -59,7 +59,7 @@ EOF
 [[ -f models/tiny/config.json ]] || prl model init --preset tiny --out models/tiny
 [[ -f "$DATA/val.jsonl" ]] || python examples/reverse-text/task_sft_data.py "$DATA"
 
-if [[ ! -f "$SFT_CKPT/trainer/.metadata" ]]; then
+if [[ ! -f "$SFT_CKPT/trainer/COMPLETE" ]]; then
   prl sft @ examples/reverse-text/sft.toml --run.name "$SFT_RUN" --clean \
     --data.name "$DATA/train.jsonl" --val.data.name "$DATA/val.jsonl"
 fi

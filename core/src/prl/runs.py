@@ -1,10 +1,13 @@
 """Run directories: names, attempts, resolved configs, the reuse/clean/resume rules.
 
-Layout (spec/runs-and-artifacts.md §1–2)::
+Layout (``docs/runs.md``)::
 
     <output_dir>/<run.dir>/configs/attempt_N/{command.txt,<entry>.toml,resolved/*.json}
     <output_dir>/<run.dir>/logs/attempt_N/
     configs/latest -> attempt_N, logs/latest -> attempt_N   (relative, replaced atomically)
+
+Checkpoint steps, completion markers and resume lookup are :mod:`prl.layout`'s; this module
+checks a resume target before launching and applies ``--clean``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from prl import layout
 from prl.config.errors import ConfigError
 
 NOT_ARTIFACTS = {"configs", "launcher"}
@@ -91,43 +95,12 @@ def next_attempt(run_dir: Path) -> int:
     return best + 1
 
 
-def complete_steps(run_dir: Path, rl: bool) -> list[int]:
-    """Steps whose checkpoint is complete (trainer/.metadata, and orchestrator for RL)."""
-    steps = []
-    base = run_dir / "checkpoints"
-    if not base.is_dir():
-        return steps
-    for child in base.iterdir():
-        m = re.fullmatch(r"step_(\d+)", child.name)
-        if not m:
-            continue
-        ok = (child / "trainer" / ".metadata").exists() or (child / "evals" / "progress.pt").exists()
-        if rl:
-            ok = ok and (child / "orchestrator" / "progress.pt").exists()
-        if ok:
-            steps.append(int(m.group(1)))
-    return sorted(steps)
+def check_resume(run_dir: Path, resume: Any, components: tuple[str, ...], ckpt: Any = None) -> int | None:
+    """The step a resume starts from (None when not resuming or forking); errors name the flag."""
+    return layout.resume_step(resume, layout.checkpoint_root(ckpt, run_dir), components)
 
 
-def check_resume(run_dir: Path, resume: Any, rl: bool) -> int | None:
-    """The step a resume starts from (None when not resuming); errors name the flag."""
-    if resume is None or resume.dir is not None:
-        if resume is not None and not Path(resume.dir).is_dir():
-            raise ConfigError(f"--resume.dir: checkpoint directory not found: {resume.dir}")
-        return None
-    steps = complete_steps(run_dir, rl)
-    if resume.step is not None:
-        if resume.step not in steps:
-            raise ConfigError(
-                f"--resume.step: no complete checkpoint for step {resume.step} in {run_dir / 'checkpoints'}"
-            )
-        return resume.step
-    if not steps:
-        raise ConfigError(f"--resume: no complete checkpoint found in {run_dir / 'checkpoints'}")
-    return steps[-1]
-
-
-def clean_run_dir(run_dir: Path, output_dir: Path, resume_step: int | None) -> None:
+def clean_run_dir(run_dir: Path, output_dir: Path, resume_step: int | None, ckpt: Any = None) -> None:
     """``--clean``: delete the run (or, with --resume, what lies after the resume step)."""
     if os.environ.get("NEVER_CLEAN"):
         return
@@ -139,10 +112,13 @@ def clean_run_dir(run_dir: Path, output_dir: Path, resume_step: int | None) -> N
     if resume_step is None:
         shutil.rmtree(run_dir)
         return
-    for sub in ("checkpoints", "batches", "broadcasts"):
-        for child in (run_dir / sub).glob("step_*"):
-            if child.name[5:].isdigit() and int(child.name[5:]) > resume_step:
-                shutil.rmtree(child, ignore_errors=True)
+    layout.clean_after(run_dir, layout.checkpoint_root(ckpt, run_dir), resume_step)
+
+
+def _entry_ckpt(entry: str, resolved: dict[str, BaseModel | dict]) -> Any:
+    """The ``[ckpt]`` section of the resolved config that saves this entry's checkpoints."""
+    model = resolved.get("trainer" if entry == "rl" else entry)
+    return getattr(model, "ckpt", None)
 
 
 def _symlink_latest(base: Path, attempt: int) -> None:
@@ -165,9 +141,11 @@ def prepare_run(
     rl: bool = False,
 ) -> RunPaths:
     """Create the run directory and write this attempt's configs."""
-    resume_step = check_resume(run_dir, resume, rl) if resume is not None else None
+    components = layout.COMPONENTS.get(entry) or layout.COMPONENTS["rl" if rl else "sft"]
+    ckpt = _entry_ckpt(entry, resolved)
+    resume_step = check_resume(run_dir, resume, components, ckpt) if resume is not None else None
     if clean:
-        clean_run_dir(run_dir, output_dir, resume_step)
+        clean_run_dir(run_dir, output_dir, resume_step, ckpt)
     forking = resume is not None and resume.dir is not None
     if (resume is None or forking) and has_artifacts(run_dir):
         raise ConfigError(

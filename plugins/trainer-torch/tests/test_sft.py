@@ -148,6 +148,7 @@ def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, sft_config):
             tmp_path, tiny_model, "unused", run={"name": name}, num_workers=workers, data=fake, ckpt={}, max_steps=2
         )
         assert TorchTrainer.run_sft(cfg) == 0
+        assert complete_steps(tmp_path / "outputs" / name / "checkpoints") == [2]  # rank 0 marked it
     weights = []
     for name in ("one", "two"):
         out = export_checkpoint(

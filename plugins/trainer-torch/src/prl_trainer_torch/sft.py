@@ -1,7 +1,7 @@
 """The SFT loop: build, (resume,) step, log, validate, checkpoint.
 
 Loss of a step = sum over every rank's micro-batches of the target-token NLL on loss
-tokens, divided by the global number of loss tokens of the step (spec: mean NLL per token
+tokens, divided by the global number of loss tokens of the step (the mean NLL per token
 over the global batch). Each micro-batch's backward uses ``sum_nll * world / N_global``
 because FSDP averages gradients over ranks; the sum of the micro-batch gradients is then
 the gradient of the global mean on every world size.
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from prl import layout
 from prl.config.errors import DataError
 from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
@@ -197,9 +198,9 @@ class SFTRun:
 
     def save(self, final: bool) -> None:
         step = self.progress["step"]
-        if not ckpt.save_due(step, final, self.config.ckpt):
+        if not layout.save_due(self.config.ckpt, step, final):
             return
-        step_dir = self.ckpt_root / f"step_{step}"
+        step_dir = layout.step_dir(self.ckpt_root, step)
         t0 = time.perf_counter()
         meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
         loader_state = self.loader.state_dict()
@@ -207,8 +208,7 @@ class SFTRun:
         if self.dist.world > 1:
             tdist.barrier()
         if self.dist.is_main:
-            c = self.config.ckpt
-            ckpt.retain(self.ckpt_root, c.keep_last, c.keep_interval)
+            layout.retain(self.ckpt_root, self.config.ckpt, layout.COMPONENTS["sft"], upto=step)
             emit(self.monitors, {"time/save_ckpt": time.perf_counter() - t0}, step)
 
     def _should_validate(self, step: int) -> bool:
