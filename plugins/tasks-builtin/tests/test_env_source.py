@@ -7,11 +7,11 @@ import signal
 import time
 
 import pytest
-from builtin_fakes import ByteRenderer, ScriptedClient, last_user
 from prl_tasks_builtin import ReverseText
 
 from prl.config.components import SourceConfig
 from prl.envs import EnvServerDied, EnvSource
+from prl.tasks.testing import ByteRenderer, ScriptedClient, last_user
 from prl.types import Generation, Sampling
 
 

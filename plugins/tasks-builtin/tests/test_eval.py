@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from builtin_fakes import ByteRenderer, ScriptedClient, last_user
 
-import prl.orchestrator
+import prl.orchestrator.run
 from prl.config.roots import EvalConfig
 from prl.eval import run_eval
+from prl.tasks.testing import ByteRenderer, ScriptedClient, last_user
 
 
 def config(tmp_path, **kw) -> EvalConfig:
@@ -35,8 +35,8 @@ def policy(monkeypatch):
 
         return ScriptedClient(counted)
 
-    monkeypatch.setattr(prl.orchestrator, "build_client", make_client)
-    monkeypatch.setattr(prl.orchestrator, "build_renderer", lambda cfg: ByteRenderer())
+    monkeypatch.setattr(prl.orchestrator.run, "build_client", make_client)
+    monkeypatch.setattr(prl.orchestrator.run, "build_renderer", lambda cfg: ByteRenderer())
     return state
 
 

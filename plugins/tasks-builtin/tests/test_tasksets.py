@@ -5,23 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from builtin_fakes import END, ByteRenderer, ScriptedClient, last_user
 from prl_tasks_builtin import AlphabetSort, KuhnPoker, ProposerSolver, ReverseText
 from prl_tasks_builtin.proposer_solver import evaluate
-from prl_tasks_builtin.scoring import lcs_ratio
 
+from prl.tasks.testing import END, ByteRenderer, ScriptedClient, last_user
 from prl.types import Sampling
 
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def test_lcs_ratio_values():
-    assert lcs_ratio("abc", "abc") == 1.0
-    assert lcs_ratio("abc", "xyz") == 0.0
-    assert lcs_ratio("abcd", "abxd") == pytest.approx(0.75)
-    assert lcs_ratio(["a", "b"], ["b"]) == pytest.approx(2 / 3)
 
 
 def test_reverse_text_data_is_deterministic_and_splits_disjoint():

@@ -5,7 +5,8 @@ server's agent then samples through ``<base_url>/inference/v1/generate`` with pr
 rendered by verifiers' renderer pool for the same tokenizer prl renders with. The
 returned episode holds one verifiers trace per agent seat, each with trainable branches
 whose ``token_ids`` / ``sampled_mask`` / ``logprobs`` are copied verbatim into prl
-branches (agent = the seat name, or ``default`` for single-seat envs).
+branches (:func:`prl.tasks.copy_branch`, which refuses misaligned lists; agent = the seat
+name, or ``default`` for single-seat envs).
 
 Reward: the sum of the trace's weighted reward components (verifiers' ``Trace.reward``);
 with several seats ``trace.reward`` is their mean and ``agent_rewards`` has each seat.
@@ -18,6 +19,7 @@ from typing import Any
 
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task
+from prl.tasks import copy_branch
 from prl.types import Branch, Sampling, Trace
 
 
@@ -62,14 +64,9 @@ def episode_to_trace(episode: Any, task: Task, sampling: Sampling) -> Trace:
         rewards[seat] = float(vt.reward)
         for b in vt.branches:
             if b.trainable:
+                # Checked on the way in: a misaligned branch would train on the wrong tokens.
                 branches.append(
-                    Branch(
-                        token_ids=list(b.token_ids),
-                        sampled_mask=list(b.sampled_mask),
-                        logprobs=list(b.logprobs),
-                        agent=seat,
-                        temperature=sampling.temperature,
-                    )
+                    copy_branch(b.token_ids, b.sampled_mask, b.logprobs, agent=seat, temperature=sampling.temperature)
                 )
         metrics.update({k: float(v) for k, v in vt.metrics.items() if v is not None})
         metrics.update({f"reward/{k}": float(r.score) for k, r in vt.rewards.items() if r is not None})

@@ -9,7 +9,7 @@ from typing import Literal
 
 import verifiers.v1 as vf
 
-from prl.scoring import lcs_ratio
+from prl.tasks import extract_answer, lcs_ratio
 
 SYSTEM = "Reverse the user's text character by character. Reply with the reversed text only."
 _WORDS = (
@@ -29,11 +29,11 @@ class ReverseTextTask(vf.Task[ReverseTextData]):
 
     @vf.reward(weight=1.0)
     async def lcs(self, trace: vf.Trace) -> float:
-        return lcs_ratio(trace.last_reply, self.data.text[::-1])
+        return lcs_ratio(extract_answer(trace.last_reply), self.data.text[::-1])
 
     @vf.metric
     async def exact(self, trace: vf.Trace) -> float:
-        return float(trace.last_reply == self.data.text[::-1])
+        return float(extract_answer(trace.last_reply) == self.data.text[::-1])
 
 
 class ReverseTextConfig(vf.TasksetConfig):

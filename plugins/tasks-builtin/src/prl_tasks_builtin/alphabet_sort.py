@@ -9,7 +9,7 @@ lines), so each turn counts equally and a partly right list earns partial credit
 ``turn_<t>`` per turn and ``exact`` (1.0 when every turn was exactly right).
 
 All turns of one episode share one branch when the renderer can bridge turns; otherwise
-each turn re-renders and starts a new branch (see :mod:`prl_tasks_builtin.conversation`).
+each turn re-renders and starts a new branch (see :mod:`prl.tasks.conversation`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from pydantic import Field
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset, TasksetConfig
+from prl.tasks import Conversation, episode_trace, extract_answer, lcs_ratio, with_default_max_tokens
 from prl.types import Sampling, Trace
-from prl_tasks_builtin.conversation import Conversation, with_default_max_tokens
-from prl_tasks_builtin.scoring import extract_answer, lcs_ratio
 from prl_tasks_builtin.words import NAMES
 
 SYSTEM = "You sort names alphabetically. Reply with the sorted names only, one per line."
@@ -95,18 +94,7 @@ class AlphabetSort(Taskset):
             scores.append(lcs_ratio(answer_lines(reply), sorted(seen)))
         metrics = {f"turn_{t}": s for t, s in enumerate(scores)}
         metrics["exact"] = float(all(s == 1.0 for s in scores))
-        return Trace(
-            trace_id="",
-            task_id=task.task_id,
-            env=self.id,
-            branches=conv.branches,
-            reward=sum(scores) / len(scores),
-            metrics=metrics,
-            messages=conv.messages,
-            turns=conv.turns,
-            is_truncated=conv.truncated,
-            stop_condition="length" if conv.truncated else "stop",
-        )
+        return episode_trace(task, conv, reward=sum(scores) / len(scores), metrics=metrics, env=self.id)
 
 
 def _first_message(names: list[str]) -> str:

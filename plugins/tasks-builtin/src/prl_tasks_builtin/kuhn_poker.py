@@ -27,9 +27,8 @@ from pydantic import Field
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset, TasksetConfig
+from prl.tasks import Conversation, episode_trace, extract_answer, with_default_max_tokens
 from prl.types import Sampling, Trace
-from prl_tasks_builtin.conversation import Conversation, with_default_max_tokens
-from prl_tasks_builtin.scoring import extract_answer
 
 RANK = {"J": 0, "Q": 1, "K": 2}
 DEALS = list(itertools.permutations("JQK", 2))
@@ -82,18 +81,14 @@ class KuhnPoker(Taskset):
         hand = _Hand(seats, client, sampling)
         chips, invalid, showdown = await hand.play(cards)
         rewards = {p: (c + 2) / 4 for p, c in chips.items()}
-        branches = seats["player1"].branches + seats["player2"].branches
-        return Trace(
-            trace_id="",
-            task_id=task.task_id,
-            env=self.id,
-            branches=branches,
+        return episode_trace(
+            task,
+            seats["player1"],
+            seats["player2"],
             reward=sum(rewards.values()) / 2,
             agent_rewards=rewards,
             metrics={"player1_chips": float(chips["player1"]), "invalid": float(invalid), "showdown": float(showdown)},
-            messages=seats["player1"].messages + seats["player2"].messages,
-            turns=hand.decisions,
-            is_truncated=any(c.truncated for c in seats.values()),
+            env=self.id,
         )
 
 
@@ -102,13 +97,11 @@ class _Hand:
 
     def __init__(self, seats: dict[str, Conversation], client: InferenceClient, sampling: Sampling) -> None:
         self.seats, self.client, self.sampling = seats, client, sampling
-        self.decisions = 0
 
     async def act(self, player: str, note: str | None, legal: tuple[str, ...]) -> str | None:
         conv = self.seats[player]
         if note is not None:
             conv.add({"role": "user", "content": f"{note} Your options: {' or '.join(legal)}."})
-        self.decisions += 1
         return parse_action(await conv.sample(self.client, self.sampling), legal)
 
     async def play(self, cards: dict[str, str]) -> tuple[dict[str, int], bool, bool]:

@@ -29,9 +29,8 @@ from pydantic import Field
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset, TasksetConfig
+from prl.tasks import Conversation, episode_trace, extract_answer, last_int, with_default_max_tokens
 from prl.types import Sampling, Trace
-from prl_tasks_builtin.conversation import Conversation, with_default_max_tokens
-from prl_tasks_builtin.scoring import extract_answer, last_int
 
 _TOKEN = re.compile(r"\s*(\d+|[-+*])")
 
@@ -124,12 +123,10 @@ class ProposerSolver(Taskset):
                 rewards[solver.agent] = float(last_int(reply) == value)
         solve_rate = sum(rewards.values()) / len(rewards) if rewards else 0.0
         rewards["proposer"] = 1.0 - abs(2.0 * solve_rate - 1.0) if parsed is not None else 0.0
-        everyone = [proposer, *solvers]
-        return Trace(
-            trace_id="",
-            task_id=task.task_id,
-            env=self.id,
-            branches=[b for conv in everyone for b in conv.branches],
+        return episode_trace(
+            task,
+            proposer,
+            *solvers,
             reward=solve_rate,
             agent_rewards=rewards,
             metrics={
@@ -137,7 +134,5 @@ class ProposerSolver(Taskset):
                 "solve_rate": solve_rate,
                 "ops": float(parsed[1] if parsed else 0),
             },
-            messages=[m for conv in everyone for m in conv.messages],
-            turns=sum(conv.turns for conv in everyone),
-            is_truncated=any(conv.truncated for conv in everyone),
+            env=self.id,
         )

@@ -5,7 +5,7 @@ so the same config always yields the same tasks. The train split uses seed ``2·
 the eval split ``2·seed + 1``; eval texts that also occur in train are skipped, so the
 splits are disjoint.
 
-Reward: ``lcs_ratio(answer, reversed(text))`` (see :mod:`prl_tasks_builtin.scoring`), where
+Reward: ``lcs_ratio(answer, reversed(text))`` (see :mod:`prl.tasks.scoring`), where
 the answer is the completion's text stripped of surrounding whitespace (or the content of
 an ``<answer>`` tag when present). Metrics: ``exact`` (1.0 on a perfect reversal) and
 ``answer_chars``.
@@ -22,9 +22,8 @@ from pydantic import Field
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset, TasksetConfig
+from prl.tasks import Conversation, episode_trace, extract_answer, lcs_ratio, with_default_max_tokens
 from prl.types import Sampling, Trace
-from prl_tasks_builtin.conversation import Conversation, with_default_max_tokens
-from prl_tasks_builtin.scoring import extract_answer, lcs_ratio
 from prl_tasks_builtin.words import WORDS
 
 SYSTEM = "Reverse the user's text character by character. Reply with the reversed text only."
@@ -85,16 +84,10 @@ class ReverseText(Taskset):
         reply = await conv.sample(client, with_default_max_tokens(sampling, self.config.max_tokens))
         answer = extract_answer(reply)
         target = task.data["answer"]
-        reward = lcs_ratio(answer, target)
-        return Trace(
-            trace_id="",
-            task_id=task.task_id,
-            env=self.id,
-            branches=conv.branches,
-            reward=reward,
+        return episode_trace(
+            task,
+            conv,
+            reward=lcs_ratio(answer, target),
             metrics={"exact": float(answer == target), "answer_chars": float(len(answer))},
-            messages=conv.messages,
-            turns=conv.turns,
-            is_truncated=conv.truncated,
-            stop_condition="length" if conv.truncated else "stop",
+            env=self.id,
         )

@@ -1,9 +1,17 @@
-"""A byte-level chat renderer and a scripted inference client for unit tests.
+"""A byte-level renderer and a scripted inference client, for testing tasksets offline.
 
-The renderer is a complete, real renderer for a ChatML-like byte vocabulary (ids 0..255
-are bytes, 256 opens a message, 257 ends one); the client stands in for the inference
-server: it decodes the prompt ids it is sent, asks a policy function for a reply text,
-and answers with that text's ids plus the end token, each with a fixed logprob.
+No model and no server: :class:`ByteRenderer` is a complete renderer over a ChatML-like
+byte vocabulary (ids 0..255 are bytes, 256 opens a message, 257 ends one) and
+:class:`ScriptedClient` stands in for the inference server. It decodes the prompt ids it
+is sent back into messages, asks a ``policy(messages) -> reply text`` function for the
+reply and answers with that text's byte ids plus the end token, each with logprob
+``ScriptedClient.LOGPROB``. A rollout against them is fully determined by the policy, so a
+test can state the exact branch it expects::
+
+    renderer, client = ByteRenderer(), ScriptedClient(lambda msgs: "42")
+    trace = await taskset.rollout(task, client, renderer, Sampling())
+    prompt = renderer.render_ids(task.prompt, add_generation_prompt=True)
+    assert trace.branches[0].token_ids == prompt + [*b"42", END]
 """
 
 from __future__ import annotations
@@ -14,10 +22,14 @@ from typing import Any
 from prl.contracts.renderer import Rendered, Renderer, RendererConfig
 from prl.types import Generation, Sampling
 
+__all__ = ["END", "START", "ByteRenderer", "ScriptedClient", "decode_messages", "last_user"]
+
 START, END = 256, 257
 
 
 class ByteRenderer(Renderer):
+    """Messages as ``START role \\n content END \\n`` in bytes; bridges turns unless told not to."""
+
     name = "test-bytes"
 
     def __init__(self, bridge: bool = True) -> None:
@@ -52,13 +64,15 @@ class ByteRenderer(Renderer):
         return True
 
     def bridge_to_next_turn(self, prev_prompt_ids, prev_completion_ids, new_messages, tools=None):
+        # Only a completion that ended on the end token leaves the sequence where the
+        # template expects the next message; a cut-off one forces a re-render.
         if not self.bridge or not prev_completion_ids or prev_completion_ids[-1] != END:
             return None
         return [*b"\n", *self.render(new_messages, add_generation_prompt=True).token_ids]
 
 
 def decode_messages(ids: list[int]) -> list[dict[str, str]]:
-    """Inverse of ByteRenderer.render for complete messages (the tests' policy input)."""
+    """Inverse of :meth:`ByteRenderer.render` for complete messages (the policy's input)."""
     out, cur = [], None
     for t in ids:
         if t == START:
@@ -73,7 +87,11 @@ def decode_messages(ids: list[int]) -> list[dict[str, str]]:
 
 
 class ScriptedClient:
-    """Token-in/token-out client driven by ``policy(messages) -> reply text``."""
+    """Token-in/token-out client driven by ``policy(messages) -> reply text``.
+
+    A reply longer than ``sampling.max_tokens`` is cut there with finish reason ``length``
+    (and no end token), as a server would; every prompt sent is kept in ``prompts``.
+    """
 
     LOGPROB = -0.25
 
@@ -92,9 +110,10 @@ class ScriptedClient:
         ids.append(END)
         return Generation(ids, [self.LOGPROB] * len(ids), self.finish)
 
-    async def chat(self, messages, sampling):  # pragma: no cover - not used by tasksets
+    async def chat(self, messages, sampling):  # pragma: no cover - tasksets sample token-in/token-out
         raise NotImplementedError
 
 
 def last_user(messages: list[dict[str, str]]) -> str:
+    """The content of the last user message (what most scripted policies answer)."""
     return [m for m in messages if m["role"] == "user"][-1]["content"]

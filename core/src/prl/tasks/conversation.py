@@ -9,6 +9,12 @@ Turn to turn, the renderer's ``bridge_to_next_turn`` extends the current branch 
 ids of the new messages. When it returns None (or the last completion was cut off, so the
 sequence does not end where the template expects), the next turn re-renders the whole
 conversation and a new branch starts.
+
+A single-turn rollout is three lines::
+
+    conv = Conversation(renderer, task.prompt)
+    reply = await conv.sample(client, sampling)
+    return episode_trace(task, conv, reward=score(reply))
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ from typing import Any
 
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
-from prl.types import Branch, Generation, Sampling
+from prl.contracts.taskset import Task
+from prl.tasks.branches import add_observation, add_sampled, start_branch
+from prl.types import Branch, Generation, Sampling, Trace
+
+__all__ = ["Conversation", "episode_trace", "with_default_max_tokens"]
 
 
 class Conversation:
@@ -42,13 +52,7 @@ class Conversation:
         assert branch is not None
         self._prompt_len = len(branch.token_ids)
         gen: Generation = await client.generate(list(branch.token_ids), sampling)
-        if len(gen.logprobs) != len(gen.token_ids):
-            raise ValueError(f"generate returned {len(gen.token_ids)} tokens but {len(gen.logprobs)} logprobs")
-        branch.token_ids.extend(gen.token_ids)
-        branch.sampled_mask.extend([True] * len(gen.token_ids))
-        branch.logprobs.extend(float(x) for x in gen.logprobs)
-        assert branch.roles is not None
-        branch.roles.extend(["assistant"] * len(gen.token_ids))
+        add_sampled(branch, gen)
         self.turns += 1
         self.truncated = gen.finish_reason == "length"
         parsed = self.renderer.parse_response(list(gen.token_ids), prompt_ids=branch.token_ids[: self._prompt_len])
@@ -72,23 +76,13 @@ class Conversation:
             if ids is None:
                 self._open = None
             else:
-                role = new[-1].get("role", "user")
-                branch.token_ids.extend(ids)
-                branch.sampled_mask.extend([False] * len(ids))
-                branch.logprobs.extend([0.0] * len(ids))
-                assert branch.roles is not None
-                branch.roles.extend([role] * len(ids))
+                add_observation(branch, ids, role=new[-1].get("role", "user"))
         self.messages.extend(new)
 
     def _start_branch(self, sampling: Sampling) -> None:
         rendered = self.renderer.render(self.messages, add_generation_prompt=True)
-        branch = Branch(
-            token_ids=list(rendered.token_ids),
-            sampled_mask=[False] * len(rendered.token_ids),
-            logprobs=[0.0] * len(rendered.token_ids),
-            roles=list(rendered.roles),
-            agent=self.agent,
-            temperature=sampling.temperature,
+        branch = start_branch(
+            rendered.token_ids, roles=rendered.roles, agent=self.agent, temperature=sampling.temperature
         )
         self.branches.append(branch)
         self._open = branch
@@ -100,3 +94,33 @@ class Conversation:
 def with_default_max_tokens(sampling: Sampling, max_tokens: int) -> Sampling:
     """Tasks bound their answers; an explicit ``max_tokens`` from the run still wins."""
     return sampling if sampling.max_tokens is not None else replace(sampling, max_tokens=max_tokens)
+
+
+def episode_trace(
+    task: Task,
+    *conversations: Conversation,
+    reward: float,
+    agent_rewards: dict[str, float] | None = None,
+    metrics: dict[str, float] | None = None,
+    env: str = "",
+) -> Trace:
+    """The scored episode of ``conversations`` (one per agent, in order).
+
+    Branches and messages are concatenated, turns summed; the episode is truncated, with
+    stop condition ``length``, when any conversation's last turn was cut off. ``env`` may
+    stay empty: the source that runs the taskset stamps its own name on every trace.
+    """
+    truncated = any(c.truncated for c in conversations)
+    return Trace(
+        trace_id="",
+        task_id=task.task_id,
+        env=env,
+        branches=[b for c in conversations for b in c.branches],
+        reward=reward,
+        agent_rewards=dict(agent_rewards or {}),
+        metrics=dict(metrics or {}),
+        messages=[m for c in conversations for m in c.messages],
+        turns=sum(c.turns for c in conversations),
+        is_truncated=truncated,
+        stop_condition="length" if truncated else "stop",
+    )
