@@ -10,6 +10,7 @@ import typer
 from prl import __version__
 from prl.cli import commands
 from prl.cli.errors import USAGE_EXIT, MissingMachinery, print_error
+from prl.cli.new import new_app
 from prl.config.errors import ConfigError
 
 app = typer.Typer(
@@ -56,6 +57,9 @@ _config_command("inference", commands.cmd_inference, "Start an inference server 
 _config_command("orchestrator", commands.cmd_orchestrator, "Run the orchestrator alone (OrchestratorConfig).")
 _config_command("trainer", commands.cmd_trainer, "Run the RL trainer alone (TrainerConfig).")
 _config_command("env-server", commands.cmd_env_server, "Serve one source's environment (SourceConfig).")
+
+
+app.add_typer(new_app)
 
 
 @app.command("plugins")

@@ -1,1 +1,0 @@
-"""prl plugin TEMPLATE (see :mod:`prl_TEMPLATE.plugin`)."""
