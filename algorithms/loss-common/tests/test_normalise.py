@@ -1,4 +1,4 @@
-"""Normalisation of spec rl-loop.md §3 on two micro-batches, checked by hand."""
+"""Normalisation of ``docs/algorithms.md`` on two micro-batches, checked by hand."""
 
 import math
 from typing import ClassVar

@@ -1,8 +1,9 @@
-"""Generate docs/hooks.md from the hookspec docstrings (the only place hooks are documented)
-and docs/plugins.md from the installed registry.
+"""Generate docs/hooks.md from the hookspec docstrings (the only place hooks are documented),
+docs/plugins.md from the installed registry and docs/reference/config.md from the config
+models (:mod:`prl.docgen_config`).
 
-Run ``python -m prl.docgen docs/hooks.md`` and ``python -m prl.docgen --plugins``; tests
-fail when either is out of date.
+Run ``python -m prl.docgen docs/hooks.md``, ``python -m prl.docgen --plugins`` and
+``python -m prl.docgen --config``; tests fail when any of them is out of date.
 """
 
 from __future__ import annotations
@@ -57,16 +58,33 @@ def render_plugins() -> str:
     return "\n".join(lines)
 
 
+USAGE = "usage: python -m prl.docgen [--config [FILE] | --plugins [FILE] | FILE]  (default: docs/hooks.md)"
+
+
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "--plugins":
-        target = Path(argv[1]) if len(argv) > 1 else Path("docs/plugins.md")
-        target.write_text(render_plugins())
-        print(f"wrote {target}")
-        return 0
-    target = Path(argv[0]) if argv else Path("docs/hooks.md")
-    target.write_text(render())
+    """Write one generated page: the hooks (default), the plugin list or the config reference."""
+    mode = argv[0] if argv and argv[0].startswith("-") else "--hooks"
+    rest = argv[1:] if argv and argv[0].startswith("-") else argv
+    pages = {
+        "--hooks": ("docs/hooks.md", render),
+        "--plugins": ("docs/plugins.md", render_plugins),
+        "--config": ("docs/reference/config.md", _render_config),
+    }
+    if mode not in pages or len(rest) > 1:
+        print(USAGE, file=sys.stderr)
+        return 2
+    default, build = pages[mode]
+    target = Path(rest[0] if rest else default)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(build())
     print(f"wrote {target}")
     return 0
+
+
+def _render_config() -> str:
+    from prl.docgen_config import render_config
+
+    return render_config()
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def prl_register_launchers() -> list[type[Launcher]]:
 
 @hookspec
 def prl_register_inference_backends() -> list[type[InferenceBackend]]:
-    """Register inference servers that speak the HTTP contract of spec/rl-loop.md §1.
+    """Register inference servers that speak the HTTP contract of ``docs/inference.md``.
 
     Returns:
         A list of :class:`prl.contracts.InferenceBackend` subclasses keyed by ``type``,

@@ -1,6 +1,6 @@
 """CISPO: clipped importance-sampling weight on the log-likelihood.
 
-Per rl token (spec ``rl-loop.md`` §6), with A′ = adv_tau · A and r = p/q:
+Per rl token (``docs/algorithms.md``), with A′ = adv_tau · A and r = p/q:
 
     loss_t = −w · sg(clip(r, ratio_low, ratio_high)) · A′ · log p
 

@@ -1,4 +1,4 @@
-"""Shared torch pieces of prl's trainer loss (spec ``rl-loop.md`` §3 and §6).
+"""Shared torch pieces of prl's trainer loss (``docs/algorithms.md``).
 
 The loss plugins build their per-token rl loss from :mod:`prl_loss_common.ratios`; the
 trainer combines that rl loss with the fixed ce and ref_kl components of

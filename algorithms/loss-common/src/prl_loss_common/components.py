@@ -1,4 +1,4 @@
-"""The fixed loss components, not configurable (spec ``rl-loop.md`` §6).
+"""The fixed loss components, not configurable (``docs/algorithms.md``).
 
 ce (sft, echo's env tokens): per-token loss −w · log p on tokens with ce weight ≠ 0.
 Metric ``nll``: the unweighted mean of −log p over those tokens.

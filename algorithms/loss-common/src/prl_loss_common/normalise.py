@@ -1,4 +1,4 @@
-"""Combining the three loss components with global scales (spec ``rl-loop.md`` §3).
+"""Combining the three loss components with global scales (``docs/algorithms.md``).
 
     loss = Σ rl / rl_scale + Σ ce / ce_scale + Σ ref_kl / ref_kl_scale
 

@@ -1,6 +1,6 @@
 """Importance ratios, mismatch KL and masking helpers shared by every loss.
 
-Notation (spec ``rl-loop.md`` §6): p = exp(trainer logprob), q = exp(inference logprob),
+Notation (``docs/algorithms.md``): p = exp(trainer logprob), q = exp(inference logprob),
 ℓ = log p − log q, r = e^ℓ. Gradients flow only through the trainer logprobs; the
 inference logprobs are constants.
 

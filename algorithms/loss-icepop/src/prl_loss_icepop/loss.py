@@ -1,6 +1,6 @@
 """IcePop: policy gradient with a fixed acceptance band on the importance ratio.
 
-Per rl token (spec ``rl-loop.md`` §6), with ℓ = log p − log q and r = e^ℓ:
+Per rl token (``docs/algorithms.md``), with ℓ = log p − log q and r = e^ℓ:
 
     loss_t = −w · 1[ratio_low ≤ sg(r) ≤ ratio_high] · adv_tau · A · r
 

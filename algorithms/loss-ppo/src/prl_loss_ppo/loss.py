@@ -1,6 +1,6 @@
 """PPO: the clipped surrogate, token level, on a capped importance ratio.
 
-Per rl token (spec ``rl-loop.md`` §6), with A′ = adv_tau · A and r̂ the importance ratio
+Per rl token (``docs/algorithms.md``), with A′ = adv_tau · A and r̂ the importance ratio
 p/q capped at ``max_importance_ratio`` (value capped, gradient still flows; see
 :func:`prl_loss_common.capped_ratio`):
 

@@ -1,4 +1,4 @@
-"""max_rl: advantages relative to the group's mean reward (spec ``rl-loop.md`` §4).
+"""max_rl: advantages relative to the group's mean reward (``docs/algorithms.md``).
 
     A_i = (r_i − r̄) / r̄,   r̄ = mean_i r_i;   A_i = 0 for every trace when r̄ ≤ 0
 

@@ -1,5 +1,5 @@
-"""The request models and error reply of the inference HTTP contract (spec
-``rl-loop.md`` §1) that every backend answers the same way.
+"""The request models and error reply of the inference HTTP contract
+(``docs/inference.md``) that every backend answers the same way.
 
 Requests follow the OpenAI schemas plus vLLM's extensions; unknown fields are ignored, as
 an OpenAI-style server does, and a value out of range is a 400 whose body is

@@ -1,4 +1,4 @@
-"""Contract tests every inference backend must pass (spec/rl-loop.md §1).
+"""Contract tests every inference backend must pass (``docs/inference.md``).
 
 A backend's test module subclasses :class:`InferenceContract` and provides a fixture
 ``inference_server`` returning an :class:`InferenceServer` (base URL and the local model

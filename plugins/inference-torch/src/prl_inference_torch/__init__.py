@@ -2,7 +2,7 @@
 
 An OpenAI-compatible HTTP server over a transformers causal LM with a KV cache and
 continuous batching, plus the token-in/token-out, prefill-scoring and admin routes of
-spec/rl-loop.md §1. Runs on CPU and CUDA.
+``docs/inference.md``. Runs on CPU and CUDA.
 """
 
 from prl_inference_torch.backend import TorchBackend, TorchInferenceConfig

@@ -6,7 +6,7 @@ Each loop turn does, in order:
    rows have finished so in-flight requests complete on the weights they started with;
    while it waits no new request is admitted. When the engine is paused the swap happens at
    once and the paused rows continue on the new weights after resume (the pause contract of
-   spec/rl-loop.md §1); ``weight_versions`` on each completion records which tokens came
+   ``docs/inference.md``); ``weight_versions`` on each completion records which tokens came
    from which version.
 2. prefill the waiting requests that fit (``max_batch_size`` rows, ``max_prefill_tokens``
    padded prompt tokens per forward). A request with ``n`` completions is prefilled once

@@ -11,7 +11,7 @@ probability p_t. The noise of a seeded row comes from that row's own generator, 
 seed and prompt give the same tokens whatever else is in the batch.
 
 For a row whose top-k / top-p truncation is active, ``kept`` lists the token ids it could
-have sampled (the "sampling mask" of spec/rl-loop.md §1) so the trainer can renormalise its
+have sampled (the "sampling mask" of ``docs/algorithms.md``) so the trainer can renormalise its
 logprobs over the same set.
 """
 

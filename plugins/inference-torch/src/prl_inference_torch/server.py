@@ -1,4 +1,4 @@
-"""The HTTP API of spec/rl-loop.md §1 over one :class:`Engine`.
+"""The HTTP API of ``docs/inference.md`` over one :class:`Engine`.
 
 Routes: ``GET /health``, ``/liveness``, ``/v1/models``, ``/metrics``, ``/is_paused``;
 ``POST /v1/chat/completions`` and ``/v1/completions`` (both stream with ``stream: true``),

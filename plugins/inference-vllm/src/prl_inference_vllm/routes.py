@@ -1,4 +1,4 @@
-"""prl's routes on top of vLLM's OpenAI app (spec/rl-loop.md §1).
+"""prl's routes on top of vLLM's OpenAI app (``docs/inference.md``).
 
 vLLM serves ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``; prl wraps the
 two completion routes so completion ``token_ids`` are returned unless a client says

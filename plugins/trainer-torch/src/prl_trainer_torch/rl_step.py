@@ -1,4 +1,4 @@
-"""The RL forward/backward of one step over packed micro-batches (spec ``rl-loop.md`` §3, §6).
+"""The RL forward/backward of one step over packed micro-batches (``docs/rl-loop.md``, ``docs/algorithms.md``).
 
 Alignment. A micro-batch is a flat concatenation of documents; every per-token list
 (``loss_mask``, ``advantages``, ``inference_logprobs``, ``temperatures``, weights) is aligned
@@ -194,7 +194,7 @@ def reduce_stats(stats: StepStats, world: int) -> dict[str, float]:
         pw, tokens, nonfinite = pw + s["plugin_weight"], tokens + s["tokens"], nonfinite + s["nonfinite"]
     out = {f"loss/{k}": v for k, v in loss.items()}
     for k, v in plugin.items():
-        # is_masked is a headline metric of its own (spec §7); the rest live under loss/.
+        # is_masked is a headline metric of its own (``docs/monitoring.md``); the rest live under loss/.
         out["is_masked/mean" if k == "is_masked" else f"loss/{k}"] = v / max(pw, 1.0)
     for env, (ent, mkl, count) in per_env.items():
         out[f"entropy/{env}/mean"] = ent / max(count, 1.0)
