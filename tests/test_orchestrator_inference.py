@@ -47,7 +47,7 @@ def test_orchestrator_with_real_inference_and_weights(server, tmp_path, capsys):
     from safetensors.torch import load_file
 
     from prl.config.components import OrchestratorConfig
-    from prl.orchestrator import run_orchestrator
+    from prl.orchestrator.run import run_orchestrator
     from prl.orchestrator.transport import read_batch
 
     model, url = server

@@ -24,11 +24,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
+def _rl_toml(tmp_path):
+    """A two-step reverse-text RL config on a tiny model made here, with a free port."""
     from prl_model_init.build import make_model
-
-    from prl.cli.commands import cmd_rl
 
     model = make_model(tmp_path / "model", preset="tiny")
     toml = tmp_path / "rl.toml"
@@ -56,6 +54,14 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
         [ckpt]
     ''')
     )
+    return toml
+
+
+@pytest.mark.slow
+def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
+    from prl.cli.commands import cmd_rl
+
+    toml = _rl_toml(tmp_path)
     code = cmd_rl(["@", str(toml), "--run.name", "e2e"])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
@@ -72,4 +78,17 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
     assert (run_dir / "broadcasts" / "step_2" / ".finished").exists()
     # The final checkpoint is complete: the trainer's DCP part and the orchestrator's part.
     final = run_dir / "checkpoints" / "step_2"
-    assert (final / "trainer" / ".metadata").exists() and (final / "orchestrator" / "progress.pt").exists()
+    assert (final / "trainer" / "COMPLETE").exists() and (final / "orchestrator" / "COMPLETE").exists()
+
+
+@pytest.mark.slow
+def test_a_trainer_usage_error_ends_prl_rl_with_one_line_and_exit_2(tmp_path, capsys):
+    from prl.cli.commands import cmd_rl
+
+    toml = _rl_toml(tmp_path)
+    code = cmd_rl(["@", str(toml), "--run.name", "bad", "--trainer.model.attn-implementation", "bogus"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [
+        "prl: trainer: Config file error: model.attn_implementation: 'bogus' is not supported by transformers here"
+    ]

@@ -1,4 +1,4 @@
-"""Async HTTP client for a prl inference server (any backend serving spec/rl-loop.md §1).
+"""Async HTTP client for a prl inference server (any backend serving ``docs/inference.md``).
 
 Implements :class:`prl.contracts.InferenceClient` (``generate``, ``chat``) plus prefill
 scoring and the admin calls the orchestrator makes around a weight update. Torch-free.
@@ -23,7 +23,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prl.config.sections import ClientConfig
 
 import httpx
 
@@ -95,7 +98,7 @@ class InferenceHTTPClient:
         )
 
     @classmethod
-    def from_config(cls, config: Any, model: str | None = None) -> InferenceHTTPClient:
+    def from_config(cls, config: ClientConfig, model: str | None = None) -> InferenceHTTPClient:
         """From a ``ClientConfig`` (``base_url``, ``api_key``, ``timeout``)."""
         return cls(config.base_url, api_key=config.api_key, model=model, timeout=config.timeout)
 

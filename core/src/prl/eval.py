@@ -21,7 +21,8 @@ the per-source summary in ``<run>/results/<env>.json``.
 Resume: after every ``ckpt.interval`` completed groups the cursor (completed groups so far)
 and the completed groups' results are written atomically to
 ``checkpoints/step_<cursor>/evals/progress.pt`` (JSON content; the name follows the
-checkpoint layout), keeping the newest ``keep_last``. ``--resume`` loads the newest one,
+checkpoint layout), then marked complete (:mod:`prl.layout`), keeping the newest
+``keep_last``. ``--resume`` loads the newest one,
 ``--resume.step N`` that step, ``--resume.dir <run>/checkpoints/step_N`` another run's;
 completed groups are skipped and a partly finished group runs again.
 """
@@ -33,14 +34,14 @@ import dataclasses
 import json
 import logging
 import os
-import re
-import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from prl import layout
 from prl.config.roots import EvalConfig
 from prl.contracts.monitor import build_monitors
+from prl.evalstats import rollout_record, summarize
 from prl.fsutil import write_atomic
 from prl.orchestrator.evals import eval_sampling
 from prl.types import Sampling, Trace
@@ -48,79 +49,22 @@ from prl.types import Sampling, Trace
 log = logging.getLogger("prl.eval")
 
 PROGRESS_VERSION = 1
+PROGRESS_FILE = "progress.pt"
+COMPONENTS = layout.COMPONENTS["eval"]
 
 
-# ---- results -------------------------------------------------------------------------
-def rollout_record(trace: Trace, group: str, index: int) -> dict[str, Any]:
-    """The compact per-rollout result kept in progress files and results/<env>.jsonl."""
-    return {
-        "group": group,
-        "index": index,
-        "task_id": trace.task_id,
-        "trace_id": trace.trace_id,
-        "reward": trace.reward,
-        "agent_rewards": dict(trace.agent_rewards),
-        "agents": sorted({b.agent for b in trace.branches}),
-        "metrics": dict(trace.metrics),
-        "seq_len": sum(len(b.token_ids) for b in trace.branches),
-        "turns": trace.turns,
-        "is_truncated": trace.is_truncated,
-        "is_timeout": trace.is_timeout,
-        "error": trace.error,
-        "messages": trace.messages,
-    }
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def summarize(env: str, groups: dict[str, list[dict[str, Any]]], k: int) -> dict[str, float]:
-    """Metrics of one source from its completed groups (see the module docstring)."""
-    rows = [r for g in groups.values() for r in g]
-    if not rows:
-        return {}
-    p = f"eval/{env}"
-    out = {
-        f"{p}/avg@{k}": _mean([r["reward"] for r in rows]),
-        f"{p}/pass@{k}": _mean([float(max(r["reward"] for r in g) >= 1.0) for g in groups.values() if g]),
-        f"{p}/all/seq_len/mean": _mean([float(r["seq_len"]) for r in rows]),
-        f"{p}/is_timeout/mean": _mean([float(r["is_timeout"]) for r in rows]),
-        f"{p}/num_examples": float(len(groups)),
-        f"{p}/num_rollouts": float(len(rows)),
-    }
-    per_agent: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        agents = r["agent_rewards"] or {"default": r["reward"]}
-        for agent, reward in agents.items():
-            per_agent[agent]["reward"].append(reward)
-            per_agent[agent]["is_truncated"].append(float(r["is_truncated"]))
-            per_agent[agent]["has_error"].append(float(r["error"] is not None or r["is_timeout"]))
-    for agent, fields in per_agent.items():
-        for name, values in fields.items():
-            out[f"{p}/all/{agent}/{name}/mean"] = _mean(values)
-    env_metrics: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        for name, value in r["metrics"].items():
-            env_metrics[name].append(float(value))
-    for name, values in env_metrics.items():
-        out[f"{p}/{name}/mean"] = _mean(values)
-    return out
-
-
-# ---- cursor checkpoints --------------------------------------------------------------
 class Progress:
     """Completed groups per source, saved as cursor checkpoints (atomic write-then-rename)."""
 
     def __init__(self, config: EvalConfig, run_dir: Path) -> None:
         self.ckpt = config.ckpt
-        self.root = Path(self.ckpt.output_dir) if self.ckpt and self.ckpt.output_dir else run_dir / "checkpoints"
+        self.root = layout.checkpoint_root(self.ckpt, run_dir)
         self.done: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
         self.cursor = 0
         self._since_save = 0
 
     def load(self, config: EvalConfig, run_dir: Path) -> Path | None:
-        path = self._resume_path(config, run_dir)
+        path = self._resume_path(config)
         if path is None:
             return None
         data = json.loads(path.read_text())
@@ -133,32 +77,15 @@ class Progress:
         self.cursor = int(data["cursor"])
         return path
 
-    def _resume_path(self, config: EvalConfig, run_dir: Path) -> Path | None:
+    def _resume_path(self, config: EvalConfig) -> Path | None:
         resume = config.resume
-        if resume is None:
+        plain = resume is not None and resume.dir is None and resume.step is None
+        if plain and layout.latest_complete(self.root, COMPONENTS) is None:
+            # Nothing saved yet (the run died before its first cursor): start over.
+            log.info("--resume: no eval checkpoint under %s; starting from the beginning", self.root)
             return None
-        if resume.dir is not None:
-            step_dir = Path(resume.dir)
-            if not re.fullmatch(r"step_\d+", step_dir.name):
-                raise ValueError(f"--resume.dir must end in step_<digits>, got {step_dir}")
-        elif resume.step is not None:
-            step_dir = self.root / f"step_{resume.step}"
-        else:
-            steps = self._steps()
-            if not steps:
-                log.info("--resume: no eval checkpoint under %s; starting from the beginning", self.root)
-                return None
-            step_dir = self.root / f"step_{steps[-1]}"
-        path = step_dir / "evals" / "progress.pt"
-        if not path.exists():
-            raise FileNotFoundError(f"--resume: no eval progress at {path}")
-        return path
-
-    def _steps(self) -> list[int]:
-        if not self.root.exists():
-            return []
-        found = [int(p.name[5:]) for p in self.root.glob("step_*") if re.fullmatch(r"step_\d+", p.name)]
-        return sorted(s for s in found if (self.root / f"step_{s}" / "evals" / "progress.pt").exists())
+        step_dir = layout.find_resume(resume, self.root, COMPONENTS)
+        return None if step_dir is None else layout.component_dir(step_dir, layout.EVALS) / PROGRESS_FILE
 
     def is_done(self, source: str, group: str) -> bool:
         return group in self.done.get(source, {})
@@ -174,21 +101,12 @@ class Progress:
         if self.ckpt is None or self._since_save == 0:
             return
         self._since_save = 0
-        path = self.root / f"step_{self.cursor}" / "evals" / "progress.pt"
-        write_atomic(path, json.dumps({"version": PROGRESS_VERSION, "cursor": self.cursor, "groups": self.done}))
-        self._retain()
-
-    def _retain(self) -> None:
-        keep_last, keep_interval = self.ckpt.keep_last, self.ckpt.keep_interval
-        if keep_last is None and keep_interval is None:
-            return
-        steps = self._steps()
-        keep = set(steps[-keep_last:]) if keep_last else set()
-        if keep_interval:
-            keep |= {s for s in steps if s % keep_interval == 0}
-        for step in steps:
-            if step not in keep:
-                shutil.rmtree(self.root / f"step_{step}", ignore_errors=True)
+        step_dir = layout.step_dir(self.root, self.cursor)
+        path = layout.begin(step_dir, layout.EVALS) / PROGRESS_FILE
+        body = json.dumps({"version": PROGRESS_VERSION, "cursor": self.cursor, "groups": self.done})
+        write_atomic(path, body, fsync=True)
+        layout.mark_complete(step_dir, layout.EVALS)
+        layout.retain(self.root, self.ckpt, COMPONENTS, upto=self.cursor)
 
 
 # ---- running -------------------------------------------------------------------------
@@ -208,15 +126,6 @@ def _attempt_config_dir(run_dir: Path) -> Path | None:
         return Path(env)
     latest = run_dir / "configs" / "latest"
     return latest.resolve() if latest.exists() else None
-
-
-def _write_plan(run_dir: Path, runs: list[_SourceRun]) -> None:
-    path = run_dir / "monitors" / "file" / "plan.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    plan = json.loads(path.read_text()) if path.exists() else {}
-    for r in runs:
-        plan[r.name] = {"0": len(r.tasks) * r.k}
-    write_atomic(path, json.dumps(plan, indent=2))
 
 
 def _reset_results(path: Path, done: dict[str, list[dict[str, Any]]]) -> None:
@@ -287,7 +196,7 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
     from rich.progress import Progress as Bar
 
     from prl.envs import EnvServerDied, EnvSource
-    from prl.orchestrator import build_client, build_renderer
+    from prl.orchestrator.run import build_client, build_renderer
 
     console = Console()
     progress = Progress(config, run_dir)
@@ -313,8 +222,8 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
                 runs[-1].tasks = env.tasks()
             except EnvServerDied as exc:  # one unreachable env must not sink the others
                 runs[-1].failure = str(exc)
-        if "file" in type(config.monitors).model_fields and getattr(config.monitors, "file", None) is not None:
-            _write_plan(run_dir, runs)
+        for monitor in monitors:
+            monitor.log_plan({r.name: len(r.tasks) * r.k for r in runs}, step=0)
         evaluator = _Evaluator(config, run_dir, progress, monitors)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Bar(*columns, console=console, transient=False) as bar:

@@ -12,84 +12,70 @@ import os
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pluggy
 
-from prl import hookspecs
+from prl import contracts, hookspecs
+from prl.config.base import rebuild_configs
+from prl.known_plugins import install_hint
 
 
 class PluginError(Exception):
     """A plugin could not be loaded or two plugins claim one tag."""
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class Kind:
+class Kind(Generic[T]):
+    """One plugin kind: its register hook, the ClassVar holding a class's tag, and the
+    contract every registered class must subclass."""
+
+    name: str
     hook: str
     tag_attr: str
     label: str
-    default: str | None = None
+    base: type[T]
 
 
-KINDS: dict[str, Kind] = {
-    "algorithms": Kind("prl_register_algorithms", "type", "algorithm", "grpo"),
-    "losses": Kind("prl_register_losses", "type", "loss", "ipo"),
-    "renderers": Kind("prl_register_renderers", "name", "renderer", "auto"),
-    "monitors": Kind("prl_register_monitors", "key", "monitor"),
-    "weight_transports": Kind("prl_register_weight_transports", "type", "weight transport", "filesystem"),
-    "launchers": Kind("prl_register_launchers", "type", "launcher", "local"),
-    "inference_backends": Kind("prl_register_inference_backends", "type", "inference backend", "torch"),
-    "tasksets": Kind("prl_register_tasksets", "id", "taskset"),
-    "trainers": Kind("prl_register_trainers", "type", "trainer", "torch"),
+ALGORITHMS = Kind("algorithms", "prl_register_algorithms", "type", "algorithm", contracts.Algorithm)
+LOSSES = Kind("losses", "prl_register_losses", "type", "loss", contracts.Loss)
+RENDERERS = Kind("renderers", "prl_register_renderers", "name", "renderer", contracts.Renderer)
+MONITORS = Kind("monitors", "prl_register_monitors", "key", "monitor", contracts.Monitor)
+WEIGHT_TRANSPORTS = Kind(
+    "weight_transports", "prl_register_weight_transports", "type", "weight transport", contracts.WeightTransport
+)
+LAUNCHERS = Kind("launchers", "prl_register_launchers", "type", "launcher", contracts.Launcher)
+INFERENCE_BACKENDS = Kind(
+    "inference_backends",
+    "prl_register_inference_backends",
+    "type",
+    "inference backend",
+    contracts.InferenceBackend,
+)
+TASKSETS = Kind("tasksets", "prl_register_tasksets", "id", "taskset", contracts.Taskset)
+TRAINERS = Kind("trainers", "prl_register_trainers", "type", "trainer", contracts.Trainer)
+
+KINDS: dict[str, Kind[Any]] = {
+    k.name: k
+    for k in (
+        ALGORITHMS,
+        LOSSES,
+        RENDERERS,
+        MONITORS,
+        WEIGHT_TRANSPORTS,
+        LAUNCHERS,
+        INFERENCE_BACKENDS,
+        TASKSETS,
+        TRAINERS,
+    )
 }
 
-# Which in-repo distribution provides a tag, so a config naming a missing plugin can say
-# what to install. Third-party plugins are found through their entry points instead.
-KNOWN_PROVIDERS: dict[tuple[str, Any], str] = {
-    ("algorithms", "grpo"): "prl-algo-grpo",
-    ("algorithms", "max_rl"): "prl-algo-max-rl",
-    ("losses", "ipo"): "prl-loss-ipo",
-    ("losses", "icepop"): "prl-loss-icepop",
-    ("losses", "ppo"): "prl-loss-ppo",
-    ("losses", "cispo"): "prl-loss-cispo",
-    ("losses", "custom"): "prl-loss-custom",
-    ("monitors", "file"): "prl-monitor-file",
-    ("monitors", "console"): "prl-monitor-console",
-    ("monitors", "wandb"): "prl-monitor-wandb",
-    ("weight_transports", "filesystem"): "prl-weights-filesystem",
-    ("launchers", "local"): "prl-launcher-local",
-    ("launchers", "slurm"): "prl-launcher-slurm",
-    ("inference_backends", "torch"): "prl-inference-torch",
-    ("inference_backends", "vllm"): "prl-inference-vllm",
-    ("trainers", "torch"): "prl-trainer-torch",
-    ("renderers", "auto"): "prl-renderers",
-    ("renderers", "default"): "prl-renderers",
-    ("renderers", "custom"): "prl-renderers",
-    ("tasksets", "reverse-text"): "prl-tasks-builtin",
-    ("tasksets", "alphabet-sort"): "prl-tasks-builtin",
-    ("tasksets", "kuhn-poker"): "prl-tasks-builtin",
-    ("tasksets", "proposer-solver"): "prl-tasks-builtin",
-}
-KNOWN_FOLDERS: dict[str, str] = {
-    "prl-algo-grpo": "algorithms/grpo",
-    "prl-algo-max-rl": "algorithms/max-rl",
-    "prl-loss-ipo": "algorithms/loss-ipo",
-    "prl-loss-icepop": "algorithms/loss-icepop",
-    "prl-loss-ppo": "algorithms/loss-ppo",
-    "prl-loss-cispo": "algorithms/loss-cispo",
-    "prl-loss-custom": "algorithms/loss-custom",
-    "prl-monitor-file": "monitors/file",
-    "prl-monitor-console": "monitors/console",
-    "prl-monitor-wandb": "monitors/wandb",
-    "prl-weights-filesystem": "plugins/weights-filesystem",
-    "prl-launcher-local": "launchers/local",
-    "prl-launcher-slurm": "launchers/slurm",
-    "prl-inference-torch": "plugins/inference-torch",
-    "prl-inference-vllm": "plugins/inference-vllm",
-    "prl-trainer-torch": "plugins/trainer-torch",
-    "prl-renderers": "renderers/renderers",
-    "prl-tasks-builtin": "plugins/tasks-builtin",
-}
+
+def _kind(kind: Kind[T] | str) -> Kind[T]:
+    return kind if isinstance(kind, Kind) else KINDS[kind]
 
 
 @dataclass
@@ -116,27 +102,41 @@ class Registry:
         self.plugins[name] = LoadedPlugin(name, dist, version)
         self._classes.clear()
 
-    def classes(self, kind: str) -> dict[str, type]:
+    def classes(self, kind: Kind[T] | str) -> dict[str, type[T]]:
         """The classes registered for ``kind``, keyed by tag; a duplicate tag raises."""
-        if kind not in self._classes:
-            self._classes[kind] = self._collect(kind)
-        return self._classes[kind]
+        spec = _kind(kind)
+        if spec.name not in self._classes:
+            self._classes[spec.name] = self._collect(spec)
+        return self._classes[spec.name]
 
-    def get(self, kind: str, tag: str) -> type:
-        found = self.classes(kind)
+    def get(self, kind: Kind[T] | str, tag: str) -> type[T]:
+        """The class registered for ``tag``; a missing tag raises naming what to install."""
+        spec = _kind(kind)
+        found = self.classes(spec)
         if tag not in found:
-            hint = KNOWN_PROVIDERS.get((kind, tag))
-            extra = f"; install the distribution '{hint}'" if hint else ""
-            raise PluginError(f"no {KINDS[kind].label} '{tag}' is installed{extra}")
+            raise PluginError(f"no {spec.label} '{tag}' is installed{install_hint(spec.name, tag)}")
         return found[tag]
 
-    def origin(self, kind: str, tag: str) -> str:
-        self.classes(kind)
-        return self._origin.get((kind, tag), "?")
+    def default_tag(self, kind: Kind[Any] | str) -> str | None:
+        """The tag of the installed class that declares itself its kind's default
+        (``is_default = True``), or None; two defaults of one kind are an error."""
+        spec = _kind(kind)
+        defaults = [tag for tag, cls in self.classes(spec).items() if getattr(cls, "is_default", False)]
+        if len(defaults) > 1:
+            dists = " and ".join(f"'{self.origin(spec, t)}' ({t})" for t in defaults)
+            raise PluginError(
+                f"{spec.label}: {dists} both declare themselves the default; "
+                "uninstall one or disable it with PRL_DISABLE_PLUGINS"
+            )
+        return defaults[0] if defaults else None
 
-    def _collect(self, kind: str) -> dict[str, type]:
-        spec = KINDS[kind]
-        out: dict[str, type] = {}
+    def origin(self, kind: Kind[Any] | str, tag: str) -> str:
+        spec = _kind(kind)
+        self.classes(spec)
+        return self._origin.get((spec.name, tag), "?")
+
+    def _collect(self, spec: Kind[T]) -> dict[str, type[T]]:
+        out: dict[str, type[T]] = {}
         for impl in getattr(self.pm.hook, spec.hook).get_hookimpls():
             plugin = self.plugins.get(impl.plugin_name)
             dist = plugin.dist if plugin else impl.plugin_name
@@ -144,16 +144,21 @@ class Registry:
                 tag = getattr(cls, spec.tag_attr, None)
                 if not isinstance(tag, str) or not tag:
                     raise PluginError(f"{dist}: {cls.__qualname__} has no '{spec.tag_attr}' tag")
+                if not (isinstance(cls, type) and issubclass(cls, spec.base)):
+                    raise PluginError(
+                        f"{dist}: {cls!r} is registered as a {spec.label} but does not subclass "
+                        f"{spec.base.__module__}.{spec.base.__qualname__}"
+                    )
                 if tag in out:
-                    other = self._origin[(kind, tag)]
+                    other = self._origin[(spec.name, tag)]
                     raise PluginError(
                         f"{spec.label} {spec.tag_attr} '{tag}' is claimed by both "
                         f"'{other}' and '{dist}'; uninstall one or disable it with PRL_DISABLE_PLUGINS"
                     )
                 out[tag] = cls
-                self._origin[(kind, tag)] = dist
+                self._origin[(spec.name, tag)] = dist
                 if plugin:
-                    plugin.registers.setdefault(kind, []).append(tag)
+                    plugin.registers.setdefault(spec.name, []).append(tag)
         return out
 
     def describe(self) -> list[LoadedPlugin]:
@@ -214,8 +219,6 @@ def reset_registry() -> None:
     """Forget loaded plugins (tests), and recompose the config unions on next use."""
     global _REGISTRY
     _REGISTRY = None
-    from prl.config.base import rebuild_configs
-
     rebuild_configs()
 
 
@@ -223,8 +226,6 @@ def register_inline(module: Any, name: str, dist: str = "inline") -> None:
     """Register a module or object as a plugin at runtime (tests and notebooks)."""
     registry = get_registry()
     registry.add(module, name, dist, "0")
-    from prl.config.base import rebuild_configs
-
     try:
         rebuild_configs()
     except PluginError:
@@ -237,6 +238,4 @@ def unregister_inline(name: str) -> None:
         registry.pm.unregister(name=name)
     registry.plugins.pop(name, None)
     registry._classes.clear()
-    from prl.config.base import rebuild_configs
-
     rebuild_configs()

@@ -6,9 +6,12 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.fsutil import write_atomic
+
+if TYPE_CHECKING:
+    from prl.config.components import InferenceConfig
 
 
 def is_loopback(host: str) -> bool:
@@ -44,7 +47,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def ready_file(config: Any) -> str | os.PathLike | None:
+def ready_file(config: InferenceConfig) -> str | os.PathLike | None:
     """Where to write the bound URL: server.ready_file, the backend's, or $PRL_READY_FILE."""
     return config.server.ready_file or getattr(config.backend, "ready_file", None) or os.environ.get("PRL_READY_FILE")
 

@@ -182,6 +182,8 @@ class FakeTrainer(threading.Thread):
 
 
 class ListMonitor:
+    prints_steps = False
+
     def __init__(self):
         self.rows: list[tuple[int, dict]] = []
         self.traces: list[dict] = []

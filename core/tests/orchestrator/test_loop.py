@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from prl import layout
 from prl.orchestrator.loop import Orchestrator
 from prl.orchestrator.sources import resolve_source
 
@@ -138,8 +139,7 @@ def test_resume_restores_counters_and_starts_after_the_checkpoint(make_config, t
     _run(config, tmp_path, kit)
     state = tmp_path / "checkpoints" / "step_2" / "orchestrator" / "progress.pt"
     assert state.exists() and (tmp_path / "checkpoints" / "step_1" / "orchestrator" / "progress.pt").exists()
-    (state.parent.parent / "trainer").mkdir()
-    (state.parent.parent / "trainer" / ".metadata").write_text("")
+    layout.mark_complete(state.parent.parent, layout.TRAINER)  # what the trainer does after its save
     resumed = make_config(max_steps=3, ckpt={"interval": 1}, resume={})
     _, orch, trainer = _run(resumed, tmp_path, kit, start=3)
     assert sorted(trainer.batches) == [3]

@@ -24,7 +24,7 @@ def _spec(tmp: Path, name: str, code: str, ready: bool = False) -> ProcessSpec:
     body = head + textwrap.dedent(code)
     return ProcessSpec(
         name, [PY, "-u", "-c", body], tmp / "logs" / f"{name}.log",
-        env={"PRL_TEST_DIR": str(tmp)}, ready_file=(tmp / f"{name}.ready") if ready else None,
+        env={"PRL_TEST_DIR": str(tmp)}, ready_file=(tmp / f"{name}.ready") if ready else None, service=ready,
     )  # fmt: skip
 
 
@@ -102,7 +102,7 @@ def test_waits_for_a_health_url(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(mod, "SAY_EVERY_S", 0.3)
     spec = _spec(tmp_path, "inference", "time.sleep(60)\n")
-    spec.env["PRL_HEALTH_URL"] = "http://127.0.0.1:9"  # nothing listens there
+    spec.service, spec.health_url = True, "http://127.0.0.1:9"  # nothing listens there
     assert _launcher(tmp_path, startup_timeout=1.0).launch([spec]) == 1
     assert "waiting for inference at http://127.0.0.1:9 (" in capsys.readouterr().out
 
@@ -142,3 +142,29 @@ def test_registered_as_local():
     from prl.plugins import get_registry
 
     assert get_registry().get("launchers", "local") is LocalLauncher
+
+
+def test_a_usage_error_ends_the_run_with_its_one_line_and_exit_2(tmp_path, capsys):
+    specs = [
+        _spec(tmp_path, "server", SERVER.format(name="server"), ready=True),
+        _spec(
+            tmp_path,
+            "trainer",
+            "print('loading'); print('Error: --trainer.loss.ratio_low: bad', file=sys.stderr); sys.exit(2)\n",
+        ),
+    ]
+    assert _launcher(tmp_path).launch(specs) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "prl: trainer: Error: --trainer.loss.ratio_low: bad"
+    assert not _alive(tmp_path, "server")
+
+
+def test_gpus_are_placed_by_role(tmp_path):
+    code = (
+        "gpus = os.environ.get('CUDA_VISIBLE_DEVICES', '-')\n"
+        "pathlib.Path(os.environ['PRL_TEST_DIR'], sys.argv[0] + '{name}.gpus').write_text(gpus)\n"
+    )
+    specs = [_spec(tmp_path, n, code.format(name=n)) for n in ("inference", "orchestrator", "trainer")]
+    assert _launcher(tmp_path, gpus_per_node=4, num_infer_gpus=1, num_train_gpus=3).launch(specs) == 0
+    got = {n: (tmp_path / f"-c{n}.gpus").read_text() for n in ("inference", "orchestrator", "trainer")}
+    assert got == {"inference": "0", "orchestrator": "-", "trainer": "1,2,3"}

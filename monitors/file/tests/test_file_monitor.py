@@ -1,4 +1,4 @@
-"""The file monitor against runs-and-artifacts.md §7: rows, appends, traces, chunks, zstd."""
+"""The file monitor against ``docs/monitoring.md``: rows, appends, traces, chunks, zstd."""
 
 import dataclasses
 import json
@@ -174,3 +174,11 @@ def test_importing_the_plugin_does_not_import_torch():
 
     code = "import sys, prl_monitor_file.plugin; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_eval_plan_is_merged_into_plan_json(tmp_path):
+    mon = _monitor(tmp_path, producer="eval")
+    mon.log_plan({"reverse-text": 80}, step=0)
+    mon.log_plan({"alphabet-sort": 12}, step=0)
+    plan = json.loads((tmp_path / "monitors" / "file" / "plan.json").read_text())
+    assert plan == {"reverse-text": {"0": 80}, "alphabet-sort": {"0": 12}}

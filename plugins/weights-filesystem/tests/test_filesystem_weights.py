@@ -11,13 +11,11 @@ import threading
 import pytest
 from prl_weights_filesystem.transport import FilesystemWeights, save_safetensors
 
-from prl.config.sections import WeightBroadcastConfig
-
 torch = pytest.importorskip("torch")
 
 
 def _pair(tmp_path, timeout=10.0):
-    cfg = WeightBroadcastConfig(type="filesystem", timeout=timeout)
+    cfg = FilesystemWeights.Config(timeout=timeout)
     return FilesystemWeights(cfg, tmp_path), FilesystemWeights(cfg, tmp_path)
 
 
@@ -101,11 +99,10 @@ def test_shards_with_index(tmp_path):
 def test_consumer_side_does_not_import_torch(tmp_path):
     code = (
         "import sys, threading, pathlib\n"
-        "from prl.config.sections import WeightBroadcastConfig\n"
         "from prl_weights_filesystem.transport import FilesystemWeights\n"
         f"d = pathlib.Path({str(tmp_path)!r}) / 'broadcasts' / 'step_0'; d.mkdir(parents=True)\n"
         "(d / '.sender_ready').write_text('1'); (d / '.finished').write_text('2')\n"
-        f"FilesystemWeights(WeightBroadcastConfig(), pathlib.Path({str(tmp_path)!r})).receive(0, 5)\n"
+        f"FilesystemWeights(FilesystemWeights.Config(), pathlib.Path({str(tmp_path)!r})).receive(0, 5)\n"
         "sys.exit('torch' in sys.modules or 'safetensors' in sys.modules)\n"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

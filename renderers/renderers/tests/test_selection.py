@@ -11,7 +11,7 @@ import pytest
 from prl_renderers import RendererError
 from pydantic import TypeAdapter, ValidationError
 
-from prl.config.base import PluginConfig
+from prl.config.unions import PluginConfig
 from prl.contracts import Renderer, RendererConfig
 from prl.plugins import get_registry
 

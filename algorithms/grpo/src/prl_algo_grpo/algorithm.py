@@ -1,4 +1,4 @@
-"""GRPO: group-relative advantages, the default algorithm (spec ``rl-loop.md`` §4).
+"""GRPO: group-relative advantages, the default algorithm (``docs/algorithms.md``).
 
 For a group of traces of one task with rewards r_i:
 
@@ -45,6 +45,7 @@ class GRPO(Algorithm):
     """Reward minus the group baseline on every sampled token; the rl loss component."""
 
     type: ClassVar[str] = "grpo"
+    is_default: ClassVar[bool] = True
 
     class Config(AlgorithmConfig):
         """``[orchestrator.train.algo] type = "grpo"``."""

@@ -1,6 +1,6 @@
 """IPO: policy gradient inside an absolute-probability trust region (the default loss).
 
-Per rl token (spec ``rl-loop.md`` §6), with p, q the trainer and inference probabilities of
+Per rl token (``docs/algorithms.md``), with p, q the trainer and inference probabilities of
 the sampled token, ℓ = log p − log q and r̂ the importance ratio capped at
 ``max_importance_ratio`` (value capped, gradient still flows; see
 :func:`prl_loss_common.capped_ratio`):
@@ -45,6 +45,7 @@ class IPOLoss(Loss):
     """Masked importance-weighted policy gradient with an absolute-probability trust region."""
 
     type: ClassVar[str] = "ipo"
+    is_default: ClassVar[bool] = True
 
     class Config(LossConfig):
         """``[trainer.loss] type = "ipo"``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -15,7 +16,10 @@ from prl.cli.errors import MissingMachinery
 from prl.config.errors import ConfigError
 from prl.config.help import render_help
 from prl.config.resolve import Resolved, resolve
+from prl.plugins import TRAINERS, Kind, PluginError, get_registry
 from prl.runs import RunPaths, generate_name, prepare_run, run_dir_of
+
+T = TypeVar("T")
 
 
 def _resolve_or_help(root: type[BaseModel], argv: list[str], prog: str, **kw) -> Resolved | None:
@@ -31,9 +35,9 @@ def _wants_help(argv: list[str]) -> bool:
     return "-h" in argv or "--help" in argv
 
 
-def _plugin(kind: str, tag: str):
-    from prl.plugins import PluginError, get_registry
-
+def _plugin(kind: Kind[T], tag: str) -> type[T]:
+    if not tag:
+        raise MissingMachinery(f"no {kind.label} plugin is installed")
     try:
         return get_registry().get(kind, tag)
     except PluginError as exc:
@@ -102,9 +106,8 @@ def cmd_rl(argv: list[str]) -> int:
         from prl.rl_launch import build_processes
     except ImportError as exc:
         raise MissingMachinery(f"the RL launch plan (prl.rl_launch) is not available: {exc}") from None
-    launcher_cls = _plugin("launchers", cfg.deployment.type)
     processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
-    return launcher_cls(cfg.deployment, paths.run_dir).launch(processes)
+    return cfg.deployment.build(run_dir=paths.run_dir).launch(processes)
 
 
 def cmd_sft(argv: list[str]) -> int:
@@ -117,7 +120,7 @@ def cmd_sft(argv: list[str]) -> int:
     cfg = res.config
     if cfg.run.name is None:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
-    trainer_cls = None if cfg.dry_run else _plugin("trainers", cfg.trainer_type)
+    trainer_cls = None if cfg.dry_run else _plugin(TRAINERS, cfg.trainer_type)
     paths = _prepare("sft", cfg, res, {"sft": cfg})
     if cfg.dry_run:
         return _dry_run_done(paths)
@@ -159,8 +162,7 @@ def cmd_inference(argv: list[str]) -> int:
     cfg = res.config
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
-    backend_cls = _plugin("inference_backends", cfg.backend.type)
-    backend_cls(cfg).serve()
+    cfg.backend.build(inference=cfg).serve()
     return 0
 
 
@@ -172,7 +174,7 @@ def cmd_orchestrator(argv: list[str]) -> int:
         return 0
     cfg = res.config
     try:
-        from prl.orchestrator import run_orchestrator
+        from prl.orchestrator.run import run_orchestrator
     except ImportError as exc:
         raise MissingMachinery(f"the orchestrator (prl.orchestrator) is not available: {exc}") from None
     name = cfg.run.name or "orchestrator"
@@ -186,7 +188,7 @@ def cmd_trainer(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
-    return int(_plugin("trainers", cfg.type).run_rl(cfg) or 0)
+    return int(_plugin(TRAINERS, cfg.type).run_rl(cfg) or 0)
 
 
 def cmd_env_server(argv: list[str]) -> int:

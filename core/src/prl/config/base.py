@@ -1,20 +1,17 @@
-"""Config base classes and plugin-composed unions.
+"""Config base classes: every config model, a plugin's nested ``Config`` and its ``build``.
 
 Every config model forbids extra keys and reads its field docs from attribute docstrings.
-A field typed ``PluginConfig["losses"]`` is a discriminated union built from the classes
-installed plugins register for that kind; it is composed when the schema is first built
-(models are ``defer_build``), and :func:`rebuild_configs` recomposes it after the set of
-plugins changes (tests that register plugins inline call it).
+Models are ``defer_build``: plugin unions (:mod:`prl.config.unions`) are composed when a
+schema is first built, and :func:`rebuild_configs` recomposes them after the set of
+installed plugins changes. This module imports nothing else of prl, so contracts and the
+plugin manager can both build on it without an import circle.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, PlainValidator, Tag
-from pydantic_core import PydanticCustomError, core_schema
-
-_MISSING_TAG = "__prl_missing_plugin__"
+from pydantic import BaseModel, ConfigDict
 
 
 class PrlModel(BaseModel):
@@ -29,87 +26,42 @@ class PrlModel(BaseModel):
     )
 
 
+# Config class -> the plugin class that nests it (filled by prl.contracts.base.Plugin).
+_OWNERS: dict[type, type] = {}
+
+
 class PluginConfigBase(PrlModel):
-    """Base of a plugin's nested ``Config``: carries the tag that selects the plugin."""
+    """Base of a plugin's nested ``Config``: carries the tag that selects the plugin.
 
+    ``config.build(**runtime)`` constructs the plugin class this config is nested in, so
+    callers never look a class up by its tag: ``config.algo.build()``,
+    ``config.loss.build()``, ``renderer_config.build(tokenizer=path)``.
+    """
 
-class _PluginUnion:
-    """Schema hook: a union of the ``Config`` classes registered for one plugin kind."""
+    @classmethod
+    def plugin_class(cls) -> type:
+        """The plugin class that nests this config."""
+        owner = _OWNERS.get(cls)
+        if owner is None:
+            raise TypeError(f"{cls.__qualname__} is not the Config of any plugin class")
+        return owner
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        from prl.plugins import KINDS, get_registry
-
-        key = KINDS[self.kind].tag_attr
-        default = KINDS[self.kind].default
-        classes = get_registry().classes(self.kind)
-        if not classes:
-            return core_schema.no_info_plain_validator_function(_none_installed(self.kind))
-        tags = list(classes)
-
-        def fail(value: Any) -> Any:
-            tag = value.get(key, default) if isinstance(value, dict) else getattr(value, key, None)
-            raise PydanticCustomError(
-                "plugin_missing",
-                "{label} {key} '{tag}' is not installed{hint} (installed: {installed})",
-                {
-                    "label": KINDS[self.kind].label,
-                    "key": key,
-                    "tag": tag,
-                    "hint": _provider_hint(self.kind, tag),
-                    "installed": ", ".join(sorted(tags)),
-                },
+    def build(self, **runtime: Any) -> Any:
+        """The plugin instance for this config; ``runtime`` holds what is only known at run
+        time (a tokenizer path, a run directory), never a config field."""
+        owner = self.plugin_class()
+        clash = sorted(set(runtime) & set(type(self).model_fields))
+        if clash:
+            raise TypeError(
+                f"{owner.__qualname__}.build(): {', '.join(clash)} are config fields, not runtime arguments"
             )
-
-        choices = [Annotated[cls.Config, Tag(tag)] for tag, cls in classes.items()]
-        choices.append(Annotated[Any, PlainValidator(fail), Tag(_MISSING_TAG)])
-
-        def pick(value: Any) -> str:
-            tag = value.get(key, default) if isinstance(value, dict) else getattr(value, key, None)
-            if tag is None and len(tags) == 1:
-                return tags[0]
-            return tag if tag in classes else _MISSING_TAG
-
-        union = Annotated[tuple(choices), Discriminator(pick)]  # type: ignore[valid-type]
-        return handler.generate_schema(union)
+        return owner(self, **runtime)
 
 
-def _none_installed(kind: str):
-    def fail(value: Any) -> Any:
-        from prl.plugins import KINDS
-
-        tag = value.get(KINDS[kind].tag_attr) if isinstance(value, dict) else None
-        raise PydanticCustomError(
-            "plugin_missing",
-            "no {label} plugin is installed{hint}",
-            {"label": KINDS[kind].label, "hint": _provider_hint(kind, tag)},
-        )
-
-    return fail
-
-
-def _provider_hint(kind: str, tag: Any) -> str:
-    from prl.plugins import KNOWN_PROVIDERS
-
-    dist = KNOWN_PROVIDERS.get((kind, tag))
-    return f"; install the distribution '{dist}' (pip install -e <repo>/{_folder(dist)})" if dist else ""
-
-
-def _folder(dist: str) -> str:
-    from prl.plugins import KNOWN_FOLDERS
-
-    return KNOWN_FOLDERS.get(dist, dist)
-
-
-class _PluginConfigFactory:
-    def __getitem__(self, kind: str) -> Any:
-        return Annotated[PluginConfigBase, _PluginUnion(kind)]
-
-
-PluginConfig = _PluginConfigFactory()
-"""``PluginConfig["losses"]``: the union of installed loss configs, keyed by their tag."""
+def bind_config(config_cls: type, owner: type) -> None:
+    """Make ``config_cls.build()`` construct ``owner`` (the first class to nest it wins)."""
+    if isinstance(config_cls, type) and issubclass(config_cls, PluginConfigBase):
+        _OWNERS.setdefault(config_cls, owner)
 
 
 def all_models(root: type[BaseModel] = PrlModel) -> list[type[BaseModel]]:

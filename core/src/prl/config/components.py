@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from prl.config.base import PluginConfig, PrlModel
+from prl.config.base import PrlModel
 from prl.config.monitors import MonitorsSection
 from prl.config.sections import (
     CkptConfig,
@@ -24,10 +24,12 @@ from prl.config.sections import (
     SamplingConfig,
     SchedulerConfig,
     TokenizerConfig,
-    WeightBroadcastConfig,
+    WeightBroadcastField,
     _default_plugin,
+    _default_tag,
     default_output_dir,
 )
+from prl.config.unions import PluginConfig
 
 ComponentMonitors = Annotated[PrlModel, MonitorsSection(component=True)]
 # Plugin unions as module-level aliases: a subscript with a string inside an annotation reads
@@ -201,7 +203,7 @@ class OrchestratorConfig(PrlModel):
     """Total steps; None runs until stopped."""
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport to the trainer."""
-    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    weight_broadcast: WeightBroadcastField
     """Weight transport from the trainer."""
     ckpt: CkptConfig | None = None
     """Checkpointing (optional)."""
@@ -250,8 +252,8 @@ class ModelTrainConfig(ModelConfig):
 class TrainerConfig(PrlModel):
     """The RL trainer."""
 
-    type: str = "torch"
-    """Trainer plugin."""
+    type: str = Field(default_factory=lambda: _default_tag("trainers"))
+    """Trainer plugin (the installed default trainer when not given)."""
     model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
     """Model."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
@@ -268,7 +270,7 @@ class TrainerConfig(PrlModel):
     """Data-parallel processes (torchrun --nproc-per-node)."""
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport from the orchestrator."""
-    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    weight_broadcast: WeightBroadcastField
     """Weight transport to inference."""
     ckpt: CkptConfig | None = None
     """Checkpointing (optional)."""

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from prl.config.base import PrlModel, _PluginUnion
+from prl.config.base import PrlModel
 from prl.config.monitors import MonitorsSection
+from prl.config.unions import _PluginUnion
 
 
 @dataclass

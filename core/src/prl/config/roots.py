@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from prl.config.base import PluginConfig, PrlModel
+from prl.config.base import PrlModel
 from prl.config.components import (
     ComponentMonitors,
     InferenceConfig,
@@ -33,10 +33,12 @@ from prl.config.sections import (
     RunConfig,
     SchedulerConfig,
     TokenizerConfig,
-    WeightBroadcastConfig,
+    WeightBroadcastField,
     _default_plugin,
+    _default_tag,
     default_output_dir,
 )
+from prl.config.unions import PluginConfig
 
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
 
@@ -103,7 +105,7 @@ class RLConfig(CommonRunFields):
     """Total steps (shared); on resume this is the total target."""
     seq_len: Annotated[int, Field(ge=8)] | None = None
     """Sequence length (shared): trainer.model.seq_len and orchestrator.seq_len."""
-    weight_broadcast: WeightBroadcastConfig = Field(default_factory=WeightBroadcastConfig)
+    weight_broadcast: WeightBroadcastField
     """Weight transport, copied to every component."""
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport (shared)."""
@@ -204,8 +206,8 @@ class ValConfig(PrlModel):
 class SFTConfig(CommonRunFields):
     """prl sft: supervised fine-tuning."""
 
-    trainer_type: str = "torch"
-    """Trainer plugin."""
+    trainer_type: str = Field(default_factory=lambda: _default_tag("trainers"))
+    """Trainer plugin (the installed default trainer when not given)."""
     model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
     """Model."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from prl.config.base import PluginConfig, PrlModel
+from prl.config.base import PrlModel
+from prl.config.unions import PluginConfig
 
 
 def default_output_dir() -> Path:
@@ -138,15 +139,6 @@ class RolloutTransportConfig(PrlModel):
     """filesystem: batches/step_S/rank_r.bin, written then renamed."""
 
 
-class WeightBroadcastConfig(PrlModel):
-    """How trainer weights reach the inference servers."""
-
-    type: str = "filesystem"
-    """Weight transport plugin (filesystem is the default)."""
-    timeout: Annotated[float, Field(gt=0)] = 1200.0
-    """Seconds either side waits in the handshake before failing."""
-
-
 class SamplingConfig(PrlModel):
     """Sampling parameters for rollouts."""
 
@@ -203,17 +195,30 @@ class ConcurrencyConfig(PrlModel):
         return self
 
 
+_WEIGHT_TRANSPORTS = PluginConfig["weight_transports"]
+WeightBroadcastField = Annotated[
+    _WEIGHT_TRANSPORTS, Field(default_factory=lambda: _default_plugin("weight_transports"))
+]
+"""A weight transport config, selected by ``type``; the installed default when not given."""
+
 _RENDERERS = PluginConfig["renderers"]
 RendererField = Annotated[_RENDERERS, Field(default_factory=lambda: _default_plugin("renderers"))]
 """A renderer config; ``name = "auto"`` when not given."""
 
 
 def _default_plugin(kind: str):
-    """Default variant of a plugin union, built by validation so it is the installed class."""
-    from prl.plugins import KINDS, get_registry
+    """The default variant of a plugin union: the installed class that declares
+    ``is_default = True`` (None when no installed plugin does)."""
+    from prl.plugins import get_registry
 
-    spec = KINDS[kind]
-    classes = get_registry().classes(kind)
-    if spec.default in classes:
-        return classes[spec.default].Config()
-    return None
+    registry = get_registry()
+    tag = registry.default_tag(kind)
+    return registry.classes(kind)[tag].Config() if tag is not None else None
+
+
+def _default_tag(kind: str) -> str:
+    """The tag of the installed default plugin of ``kind`` ("" when none declares itself the
+    default, so the run fails naming the kind when it needs one)."""
+    from prl.plugins import get_registry
+
+    return get_registry().default_tag(kind) or ""

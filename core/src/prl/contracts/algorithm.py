@@ -6,14 +6,19 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
 from prl.types import Trace
 
 
 class AlgorithmConfig(PluginConfigBase):
     """Base of ``[orchestrator.train.algo]`` variants."""
 
+    def build(self) -> Algorithm:
+        """The algorithm this config selects."""
+        return super().build()
 
-class Algorithm(ABC):
+
+class Algorithm(Plugin, ABC):
     """Turns a scored group into per-token advantages and rl/ce/ref_kl weights.
 
     ``sampling_source`` is ``"policy"`` unless the algorithm samples from a frozen model

@@ -5,22 +5,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
-from prl.config.base import PluginConfigBase
+from prl.config.base import PluginConfigBase, PrlModel
+from prl.contracts.base import Plugin
 from prl.types import Generation, Sampling
+
+# Root configs are typed by their common base here: the root config modules compose plugin
+# unions from the registry, which imports these contracts, so naming them (even for type
+# checking only) would close an import circle.
 
 
 class InferenceBackendConfig(PluginConfigBase):
     """Base of ``[inference.backend]`` variants."""
 
+    def build(self, *, inference: PrlModel) -> InferenceBackend:
+        """The backend this config selects. It serves the whole resolved ``inference``
+        config (a :class:`prl.config.components.InferenceConfig`: model, tokenizer, server
+        and this backend section)."""
+        if getattr(inference, "backend", None) is not self:
+            raise ValueError("build(inference=...) takes the InferenceConfig this backend section belongs to")
+        return self.plugin_class()(inference)
 
-class InferenceBackend(ABC):
-    """Serves the HTTP contract of spec/rl-loop.md §1 until stopped."""
+
+class InferenceBackend(Plugin, ABC):
+    """Serves the inference HTTP API (OpenAI chat/completions, token-in/token-out generate,
+    health, models, update_weights, load_lora_adapter) until stopped."""
 
     type: ClassVar[str]
     Config: ClassVar[type[InferenceBackendConfig]] = InferenceBackendConfig
 
-    def __init__(self, config: Any) -> None:
-        """``config`` is the whole resolved InferenceConfig (model, server, backend)."""
+    def __init__(self, config: PrlModel) -> None:
+        """``config`` is the whole resolved :class:`prl.config.components.InferenceConfig`
+        (model, tokenizer, server, backend)."""
         self.config = config
 
     @abstractmethod

@@ -8,28 +8,43 @@ from pathlib import Path
 from typing import ClassVar
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
 
 
 class LauncherConfig(PluginConfigBase):
     """Base of ``[deployment]`` variants."""
 
+    def build(self, *, run_dir: Path) -> Launcher:
+        """The launcher this config selects, for the run at ``run_dir``."""
+        return super().build(run_dir=run_dir)
+
 
 @dataclass
 class ProcessSpec:
-    """One child process: argv, environment additions and its log file."""
+    """One child process of a run: what to start, where its output goes, and how the
+    launcher knows it is up.
+
+    ``role`` says what the process is (``inference``, ``orchestrator``, ``trainer``, ...):
+    launchers place it by role (GPUs, nodes). A ``service`` (inference, env server) must be
+    ready before the other processes start; the launcher waits for its ``ready_file`` to hold
+    a URL and/or ``health_url`` (a base URL whose ``/health`` answers 200), and a service that
+    exits at all ends the run. The run succeeds when every non-service process exits 0.
+    """
 
     name: str
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     ready_file: Path | None = None
-    # A service (inference, env server) must come up before the workers start; the launcher
-    # waits for its ready_file and/or health_url and says what it waits for.
     service: bool = False
     health_url: str | None = None
+    role: str = ""
+
+    def __post_init__(self) -> None:
+        self.role = self.role or self.name
 
 
-class Launcher(ABC):
+class Launcher(Plugin, ABC):
     """Runs a list of processes as one run; a dry run only writes what it would start."""
 
     type: ClassVar[str]

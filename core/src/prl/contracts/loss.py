@@ -4,29 +4,37 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
+
+if TYPE_CHECKING:  # the trainer passes torch tensors; core never imports torch
+    from torch import Tensor
 
 
 class LossConfig(PluginConfigBase):
     """Base of ``[trainer.loss]`` variants."""
+
+    def build(self) -> Loss:
+        """The loss this config selects."""
+        return super().build()
 
 
 @dataclass
 class LossInputs:
     """Token-aligned 1-D tensors for one packed micro-batch (or one sample)."""
 
-    trainer_logprobs: Any
-    inference_logprobs: Any
-    advantages: Any
-    loss_mask: Any
-    rl_weights: Any
-    ref_logprobs: Any = None
+    trainer_logprobs: Tensor
+    inference_logprobs: Tensor
+    advantages: Tensor
+    loss_mask: Tensor
+    rl_weights: Tensor
+    ref_logprobs: Tensor | None = None
     # Sampling replay (top-p/top-k truncated sampling): [tokens, |S|] logprobs of every id in
     # the sampling mask, from the trainer and from the sampler (padding -inf).
-    trainer_mask_logprobs: Any = None
-    inference_mask_logprobs: Any = None
+    trainer_mask_logprobs: Tensor | None = None
+    inference_mask_logprobs: Tensor | None = None
 
 
 @dataclass
@@ -37,11 +45,11 @@ class LossOutputs:
     scalar tensor.
     """
 
-    loss: Any
-    metrics: dict[str, Any] = field(default_factory=dict)
+    loss: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
 
 
-class Loss(ABC):
+class Loss(Plugin, ABC):
     """A policy loss. The trainer sums ``loss`` and divides by the global rl weight sum."""
 
     type: ClassVar[str]

@@ -6,17 +6,27 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
 
 
 class MonitorConfig(PluginConfigBase):
     """Base of one ``[monitors.<key>]`` section."""
 
+    def build(self, *, run_dir: Path, producer: str, run_name: str = "") -> Monitor:
+        """The monitor of this section, writing into ``run_dir`` as ``producer``."""
+        return super().build(run_dir=run_dir, producer=producer, run_name=run_name)
 
-class Monitor(ABC):
+
+class Monitor(Plugin, ABC):
     """A metric sink. ``producer`` is ``orch``, ``trainer``, ``eval`` or ``online-eval``."""
 
     key: ClassVar[str]
+    # A monitor that prints one status line per step to the terminal; when none of a run's
+    # monitors does, the orchestrator prints its own line so a run is never silent.
+    prints_steps: ClassVar[bool] = False
     Config: ClassVar[type[MonitorConfig]] = MonitorConfig
 
     def __init__(self, config: MonitorConfig, run_dir: Path, producer: str, run_name: str = "") -> None:
@@ -32,23 +42,20 @@ class Monitor(ABC):
     def log_traces(self, traces: list[dict[str, Any]], step: int | None) -> None:
         """Record finished episodes (dicts from :class:`prl.types.Trace`)."""
 
+    def log_plan(self, plan: dict[str, int], step: int | None) -> None:
+        """Record how many rollouts each source will produce at ``step`` (``prl eval`` calls
+        this once it knows its tasks), so a viewer can show progress against the total."""
+
     def close(self) -> None:
         """Flush and release resources; called on success and error paths."""
 
 
-def build_monitors(config: Any, run_dir: Path, producer: str) -> list[Monitor]:
+def build_monitors(config: BaseModel, run_dir: Path, producer: str) -> list[Monitor]:
     """One monitor per enabled ``[monitors.<key>]`` section of a component's ``config``
     (none when it has no monitors section), writing as ``producer``."""
-    from prl.plugins import get_registry
-
     section = getattr(config, "monitors", None)
     if section is None:
         return []
     run_name = getattr(getattr(config, "run", None), "name", None) or ""
-    monitors = []
-    for key in type(section).model_fields:
-        cfg = getattr(section, key)
-        if cfg is not None:
-            cls = get_registry().get("monitors", key)
-            monitors.append(cls(cfg, run_dir, producer=producer, run_name=run_name))
-    return monitors
+    configs = (getattr(section, key) for key in type(section).model_fields)
+    return [cfg.build(run_dir=run_dir, producer=producer, run_name=run_name) for cfg in configs if cfg is not None]

@@ -7,10 +7,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
 
 
 class RendererConfig(PluginConfigBase):
     """Base of ``[renderer]`` variants, keyed by ``name``."""
+
+    def build(self, *, tokenizer: str) -> Renderer:
+        """The renderer this config selects, for the tokenizer at ``tokenizer`` (a path or
+        model directory)."""
+        return super().build(tokenizer=tokenizer)
 
 
 @dataclass
@@ -26,7 +32,7 @@ class Rendered:
     roles: list[str]
 
 
-class Renderer(ABC):
+class Renderer(Plugin, ABC):
     """Converts between chat messages and tokens for one model family."""
 
     name: ClassVar[str]

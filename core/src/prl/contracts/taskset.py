@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.types import Sampling, Trace
@@ -15,6 +16,10 @@ from prl.types import Sampling, Trace
 
 class TasksetConfig(PluginConfigBase):
     """Base of ``env.taskset`` variants, keyed by ``id``."""
+
+    def build(self) -> Taskset:
+        """The taskset this config selects."""
+        return super().build()
 
 
 @dataclass
@@ -26,7 +31,7 @@ class Task:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-class Taskset(ABC):
+class Taskset(Plugin, ABC):
     """Tasks and rollouts. Exceptions inside ``rollout`` are recorded, never fatal."""
 
     id: ClassVar[str]

@@ -1,18 +1,32 @@
-"""Trainer contract: core resolves the config and hands it to the registered trainer."""
+"""Trainer contract: core resolves the config and hands it to the registered trainer.
+
+Under ``prl rl`` the trainer also says which process(es) run it (:meth:`Trainer.rl_processes`):
+one ``prl trainer`` by default, or whatever the plugin needs for several workers (the torch
+trainer starts torchrun). The launcher starts what it is given; core names no launcher of
+distributed jobs.
+"""
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import ClassVar
 
-from prl.config.base import PluginConfigBase
+from prl.config.base import PluginConfigBase, PrlModel
+from prl.contracts.base import Plugin
+from prl.contracts.launcher import ProcessSpec
+
+# Root configs are typed by their common base here: the root config modules compose plugin
+# unions from the registry, which imports these contracts, so naming them (even for type
+# checking only) would close an import circle.
 
 
 class TrainerBackendConfig(PluginConfigBase):
     """Base of trainer implementation settings."""
 
 
-class Trainer(ABC):
+class Trainer(Plugin, ABC):
     """Runs SFT or RL training for a resolved config; owns checkpoints and export."""
 
     type: ClassVar[str]
@@ -20,11 +34,32 @@ class Trainer(ABC):
 
     @classmethod
     @abstractmethod
-    def run_sft(cls, config: Any) -> int:
-        """Run SFT for a resolved ``SFTConfig`` (launching torchrun itself when the world
-        size is above 1); return the exit code."""
+    def run_sft(cls, config: PrlModel) -> int:
+        """Run SFT for a resolved :class:`prl.config.roots.SFTConfig` (launching its own
+        workers when the world size is above 1); return the exit code (2 for a usage or
+        data error)."""
 
     @classmethod
     @abstractmethod
-    def run_rl(cls, config: Any) -> int:
-        """Run the RL trainer for a resolved ``TrainerConfig``; return the exit code."""
+    def run_rl(cls, config: PrlModel) -> int:
+        """Run the RL trainer for a resolved :class:`prl.config.components.TrainerConfig`;
+        return the exit code."""
+
+    @classmethod
+    def rl_processes(cls, config: PrlModel, config_file: Path, log_dir: Path, env: dict[str, str]) -> list[ProcessSpec]:
+        """The process(es) ``prl rl`` starts for this trainer.
+
+        Args:
+            config: the resolved :class:`prl.config.components.TrainerConfig` (also
+                written to ``config_file``).
+            config_file: the resolved ``trainer.json`` every trainer process reads.
+            log_dir: this attempt's log directory (``logs/attempt_N``).
+            env: environment additions shared by every child of the run.
+
+        Returns:
+            By default one ``prl trainer @ config_file`` process with role ``trainer``. A
+            trainer that runs several workers returns its own launch (e.g. torchrun) here; a
+            worker's exit code 2 (usage error) must come back as the process's exit code.
+        """
+        argv = [sys.executable, "-m", "prl", "trainer", "@", str(config_file)]
+        return [ProcessSpec("trainer", argv, Path(log_dir) / "trainer.log", dict(env), role="trainer")]

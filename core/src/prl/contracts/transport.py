@@ -4,16 +4,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar
+
+from pydantic import Field
 
 from prl.config.base import PluginConfigBase
+from prl.contracts.base import Plugin
+
+if TYPE_CHECKING:  # the trainer publishes torch tensors; core never imports torch
+    from torch import Tensor
 
 
 class WeightTransportConfig(PluginConfigBase):
     """Base of ``[weight_broadcast]`` variants."""
 
+    timeout: Annotated[float, Field(gt=0)] = 1200.0
+    """Seconds either side waits in the handshake before failing (the trainer also waits
+    this long for a batch)."""
 
-class WeightTransport(ABC):
+    def build(self, *, run_dir: Path) -> WeightTransport:
+        """The transport this config selects, for the run at ``run_dir``."""
+        return super().build(run_dir=run_dir)
+
+
+class WeightTransport(Plugin, ABC):
     """Moves weights from the trainer to inference servers, one version at a time."""
 
     type: ClassVar[str]
@@ -24,7 +38,7 @@ class WeightTransport(ABC):
         self.run_dir = Path(run_dir)
 
     @abstractmethod
-    def publish(self, state_dict: dict[str, Any], version: int) -> None:
+    def publish(self, state_dict: dict[str, Tensor], version: int) -> None:
         """Trainer side: make ``state_dict`` available as ``version`` (blocks until done)."""
 
     @abstractmethod

@@ -121,11 +121,10 @@ class ProtocolServer:
     def _renderer(self, spec: dict[str, Any]) -> Renderer:
         key = json.dumps(spec, sort_keys=True)
         if key not in self._renderers:
-            from prl.plugins import get_registry
+            from prl.plugins import RENDERERS, get_registry
 
-            cls = get_registry().get("renderers", spec["name"])
-            config = cls.Config.model_validate(spec.get("config") or {})
-            self._renderers[key] = cls(config, spec["tokenizer"])
+            config = get_registry().get(RENDERERS, spec["name"]).Config.model_validate(spec.get("config") or {})
+            self._renderers[key] = config.build(tokenizer=spec["tokenizer"])
         return self._renderers[key]
 
 

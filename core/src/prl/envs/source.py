@@ -57,10 +57,7 @@ class EnvServerDied(RuntimeError):
 
 def build_taskset(source: SourceConfig) -> Taskset:
     """Instantiate the taskset plugin selected by ``source.env.taskset.id``."""
-    from prl.plugins import get_registry
-
-    cls = get_registry().get("tasksets", source.env.taskset.id)
-    taskset = cls(source.env.taskset)
+    taskset = source.env.taskset.build()
     # Tasksets that drive an agent harness read it from here (verifiers' agent/runtime).
     taskset.env_config = source.env  # type: ignore[attr-defined]
     return taskset

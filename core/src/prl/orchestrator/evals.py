@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.types import Sampling
+
+if TYPE_CHECKING:
+    from prl.config.components import EvalGroupConfig, SourceConfig
+    from prl.config.roots import EvalConfig
+    from prl.contracts import InferenceClient, Monitor, Renderer
+    from prl.envs.source import EnvSource
 
 log = logging.getLogger("prl.orchestrator")
 
 
-def eval_sampling(group: Any, source: Any) -> Sampling:
+def eval_sampling(group: EvalGroupConfig | EvalConfig, source: SourceConfig) -> Sampling:
     """The group's ``[sampling]`` overlaid by the source's; unset fields keep Sampling's
     defaults. ``prl eval`` uses it too, with the eval config as the group."""
     merged = {**group.sampling.model_dump(exclude_none=True), **source.sampling.model_dump(exclude_none=True)}
@@ -40,7 +46,13 @@ class OnlineEval:
     """Background evaluations of the current policy (see module docstring)."""
 
     def __init__(
-        self, config: Any, envs: dict[str, Any], client: Any, renderer: Any, monitors: list, max_inflight: int
+        self,
+        config: EvalGroupConfig,
+        envs: dict[str, EnvSource],
+        client: InferenceClient,
+        renderer: Renderer,
+        monitors: list[Monitor],
+        max_inflight: int,
     ) -> None:
         self.config = config
         self.envs = envs
@@ -61,7 +73,7 @@ class OnlineEval:
         self.tasks.append(asyncio.create_task(self.run(version), name=f"eval-{version}"))
 
     async def run(self, version: int) -> dict[str, float]:
-        from prl.eval import summarize
+        from prl.evalstats import summarize
 
         metrics: dict[str, float] = {}
         for source in self.config.source:
@@ -76,7 +88,7 @@ class OnlineEval:
         return metrics
 
     async def _source(self, source: Any, k: int, version: int) -> dict[str, list[dict]]:
-        from prl.eval import rollout_record
+        from prl.evalstats import rollout_record
 
         env = self.envs[source.name]
         tasks = env.tasks()

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.orchestrator import checkpoint
 from prl.orchestrator.buffer import FinishedGroup, GroupBuffer
@@ -38,6 +38,11 @@ from prl.orchestrator.transport import prune_batches, write_batch
 from prl.orchestrator.weights import WeightFollower
 from prl.types import Trace
 
+if TYPE_CHECKING:
+    from prl.config.components import OrchestratorConfig
+    from prl.contracts import InferenceClient, Monitor, Renderer, WeightTransport
+    from prl.orchestrator.evals import OnlineEval
+
 log = logging.getLogger("prl.orchestrator")
 
 WATCHDOG_S = 60.0
@@ -48,14 +53,14 @@ class Orchestrator:
 
     def __init__(
         self,
-        config: Any,
+        config: OrchestratorConfig,
         run_dir: Path,
         sources: list[TrainSource],
-        client: Any,
-        renderer: Any,
-        weights: Any,
-        monitors: list | None = None,
-        evaluator: Any = None,
+        client: InferenceClient,
+        renderer: Renderer,
+        weights: WeightTransport,
+        monitors: list[Monitor] | None = None,
+        evaluator: OnlineEval | None = None,
     ) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
@@ -333,5 +338,5 @@ class Orchestrator:
             if self.records:
                 monitor.log_traces(self.records, step)
         self.window, self.records = [], []
-        if not any(getattr(mon, "key", None) == "console" for mon in self.monitors):
+        if not any(mon.prints_steps for mon in self.monitors):
             print(console_line(step, m), flush=True)

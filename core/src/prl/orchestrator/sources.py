@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.config.components import SourceConfig, TrainGroupConfig
 from prl.orchestrator.sampler import StandardSampler, make_sampler, rng_from_json, rng_to_json
 from prl.types import Sampling
+
+if TYPE_CHECKING:
+    from prl.contracts import Algorithm, AlgorithmConfig
 
 
 def resolve_sampling(group: TrainGroupConfig, source: SourceConfig) -> Sampling:
@@ -28,10 +31,8 @@ def resolve_sampling(group: TrainGroupConfig, source: SourceConfig) -> Sampling:
     )
 
 
-def build_algorithm(config: Any) -> Any:
-    from prl.plugins import get_registry
-
-    return get_registry().get("algorithms", config.type)(config)
+def build_algorithm(config: AlgorithmConfig) -> Algorithm:
+    return config.build()
 
 
 @dataclass
@@ -43,7 +44,7 @@ class TrainSource:
     env: Any  # prl.envs.EnvSource or a stand-in with the same methods
     group_size: int
     sampling: Sampling
-    algorithm: Any
+    algorithm: Algorithm
     min_abs_advantage: float
     ratio: float
     sampler: StandardSampler | None = None
@@ -53,7 +54,7 @@ class TrainSource:
 
 
 def resolve_source(
-    group: TrainGroupConfig, source: SourceConfig, env: Any, algorithm: Any | None = None
+    group: TrainGroupConfig, source: SourceConfig, env: Any, algorithm: Algorithm | None = None
 ) -> TrainSource:
     algo_cfg = source.algo if source.algo is not None else group.algo
     return TrainSource(

@@ -35,11 +35,11 @@ class Child:
 
     @property
     def health_url(self) -> str | None:
-        return self.spec.env.get("PRL_HEALTH_URL")
+        return self.spec.health_url
 
     @property
     def is_server(self) -> bool:
-        return self.spec.ready_file is not None or self.health_url is not None
+        return self.spec.service
 
     def start(self) -> None:
         self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +83,10 @@ class Child:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def last_line(self) -> str:
+        """The last non-empty line the child printed (its one-line error, for a usage error)."""
+        return next((line for line in reversed(self.tail) if line.strip()), "(no output)")
 
     def last_lines(self, n: int = 20) -> str:
         lines = list(self.tail)[-n:]

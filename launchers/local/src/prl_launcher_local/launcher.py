@@ -1,12 +1,17 @@
 """Local launcher: start, supervise and stop a run's processes on this machine.
 
-Order: servers first (children with a ``ready_file`` or a ``PRL_HEALTH_URL``), then, once
-every server is ready, the others. Supervision polls every child; the first one that
-exits non-zero (or a server that exits at all) stops the run: the others get SIGTERM, then
-SIGKILL after ``stop_timeout``, and the launcher returns that child's exit code (1 for a
-server that exited cleanly), naming it and showing the last lines of its log. SIGINT and
-SIGTERM to the launcher stop every child the same way and return 128 + the signal number.
-The run succeeds when every non-server child has exited with code 0.
+Order: services first (``ProcessSpec.service``: ready once their ``ready_file`` holds a URL
+and/or ``health_url`` answers), then, once every service is ready, the others. Supervision
+polls every child; the first one that exits non-zero (or a service that exits at all) stops
+the run: the others get SIGTERM, then SIGKILL after ``stop_timeout``, and the launcher
+returns that child's exit code (1 for a service that exited cleanly), naming it and showing
+the last lines of its log. Exit code 2 is a usage error (a bad config field or data row):
+the launcher prints only the child's one-line message and returns 2. SIGINT and SIGTERM to
+the launcher stop every child the same way and return 128 + the signal number. The run
+succeeds when every non-service child has exited with code 0.
+
+GPUs are placed by ``ProcessSpec.role``: ``inference`` gets devices 0..num_infer_gpus-1 and
+``trainer`` the next num_train_gpus (``CUDA_VISIBLE_DEVICES``), when GPU counts are set.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from prl.contracts.launcher import Launcher, LauncherConfig, ProcessSpec
 from prl_launcher_local.children import Child, exit_code, stop_all
 
 POLL_S = 0.1
+USAGE_EXIT = 2
 SAY_EVERY_S = 15.0
 
 
@@ -37,6 +43,7 @@ class LocalLauncher(Launcher):
     """Runs every process on this machine (see the module docstring)."""
 
     type: ClassVar[str] = "local"
+    is_default: ClassVar[bool] = True
 
     class Config(LauncherConfig):
         type: Literal["local"] = "local"
@@ -62,7 +69,7 @@ class LocalLauncher(Launcher):
             return self
 
     def launch(self, processes: list[ProcessSpec]) -> int:
-        children = [Child(p) for p in processes]
+        children = [Child(self._placed(p)) for p in processes]
         self._signal: int | None = None
         restore = self._install_signals()
         try:
@@ -85,6 +92,15 @@ class LocalLauncher(Launcher):
             print(f"{p.name}: {' '.join(p.argv)}  > {p.log_path}")
 
     # ---- internals ----------------------------------------------------------------------
+    def _placed(self, spec: ProcessSpec) -> ProcessSpec:
+        """``spec`` with CUDA_VISIBLE_DEVICES for its role: inference first, then trainer."""
+        n_infer, n_train = self.config.num_infer_gpus, self.config.num_train_gpus
+        ids = {"inference": range(n_infer), "trainer": range(n_infer, n_infer + n_train)}.get(spec.role)
+        if not (n_infer or n_train) or ids is None:
+            return spec
+        spec.env = {**spec.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+        return spec
+
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
@@ -122,6 +138,9 @@ class LocalLauncher(Launcher):
 
     def _report_death(self, child: Child, code: int) -> None:
         child.join(1.0)
+        if code == USAGE_EXIT:  # the child already said what is wrong, in one line
+            print(f"prl: {child.name}: {child.last_line()}", file=sys.stderr, flush=True)
+            return
         how = f"exited with code {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
         print(
             f"prl: process '{child.name}' {how}; stopping the others. Last lines of {child.spec.log_path}:\n"

@@ -41,6 +41,7 @@ class ConsoleMonitor(Monitor):
 
     key: ClassVar[str] = "console"
     enabled_by_default: ClassVar[bool] = True
+    prints_steps: ClassVar[bool] = True
 
     class Config(MonitorConfig):
         """``[monitors.console]``."""

@@ -1,4 +1,4 @@
-"""The ``file`` monitor (spec ``runs-and-artifacts.md`` §7), on by default.
+"""The ``file`` monitor (``docs/monitoring.md``), on by default.
 
 Layout under ``<run_dir>/monitors/file`` (or ``path``)::
 
@@ -25,6 +25,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from prl.contracts.monitor import Monitor, MonitorConfig
+from prl.fsutil import write_atomic
 from prl_monitor_file.records import clean_metrics
 from prl_monitor_file.stream import TraceStream
 
@@ -57,6 +58,14 @@ class FileMonitor(Monitor):
         self.metrics_path = self.dir / "metrics.jsonl"
         self._fd: int | None = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._stream = TraceStream(self.dir / "traces", config.chunk_bytes, config.compress, config.float_decimals)
+
+    def log_plan(self, plan: dict[str, int], step: int | None) -> None:
+        """Merge ``{source: rollouts}`` into ``plan.json`` as ``{source: {step: rollouts}}``."""
+        path = self.dir / "plan.json"
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        for name, total in plan.items():
+            merged.setdefault(name, {})[str(step or 0)] = total
+        write_atomic(path, json.dumps(merged, indent=2))
 
     def log(self, metrics: dict[str, float], step: int | None) -> None:
         if self._fd is None:

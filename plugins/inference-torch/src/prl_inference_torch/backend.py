@@ -47,6 +47,7 @@ class TorchBackend(InferenceBackend):
     """OpenAI-compatible server with token-in/token-out generate and weight updates."""
 
     type = "torch"
+    is_default = True
     Config = TorchInferenceConfig
 
     def serve(self) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
 from prl_trainer_torch.logprobs import DEFAULT_CHUNK, chunked_logprobs, compile_chunks
@@ -99,10 +100,16 @@ def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None) -> nn.M
     from transformers import AutoModelForCausalLM
 
     attn = resolve_attn(attn, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    if config is not None:
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation=attn)
+    try:
+        if config is not None:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation=attn)
+    except ValueError as exc:
+        # A typo in the attention setting is the user's to fix: one line, exit 2.
+        if "attn_implementation" not in str(exc):
+            raise
+        raise ConfigError(f"model.attn_implementation: '{attn}' is not supported by transformers here") from None
     model.config.use_cache = False
     return model
 

@@ -56,9 +56,7 @@ def evaluate(model_dir: str, val_path: Path, renderer_cfg: Any, limit: int = 200
     import torch
     from transformers import AutoModelForCausalLM
 
-    from prl.plugins import get_registry
-
-    renderer = get_registry().get("renderers", renderer_cfg.name)(renderer_cfg, model_dir)
+    renderer = renderer_cfg.build(tokenizer=str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     rows = [json.loads(line) for line in Path(val_path).read_text().splitlines()][:limit]
     stops = renderer.get_stop_token_ids()

@@ -1,4 +1,4 @@
-"""The RL trainer loop (spec ``rl-loop.md`` §3 and §5, ``runs-and-artifacts.md`` §3–5).
+"""The RL trainer loop (``docs/rl-loop.md``, ``docs/checkpoints.md``).
 
 Versions: version ``v`` is the weights after step ``v``; the base model is version 0.
 
@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from prl import layout
 from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
@@ -49,15 +50,9 @@ UNBOUNDED_STEPS = 10**9
 
 
 def rl_resume_dir(config: Any, root: Path) -> Path | None:
-    """The step directory to restore. ``--resume`` alone takes the newest step that is
-    complete for RL: trainer/.metadata and orchestrator/progress.pt both present."""
-    res = config.resume
-    if res is None or res.dir is not None or res.step is not None:
-        return ckpt.resume_dir(config, root)
-    steps = [s for s in ckpt.complete_steps(root) if (root / f"step_{s}" / "orchestrator" / "progress.pt").exists()]
-    if not steps:
-        raise FileNotFoundError(f"--resume: no complete RL checkpoint (trainer and orchestrator parts) under {root}")
-    return root / f"step_{steps[-1]}"
+    """The step directory to restore. ``--resume`` alone takes the newest step that both the
+    trainer and the orchestrator marked complete (the one the orchestrator picks too)."""
+    return ckpt.resume_dir(config, root, layout.COMPONENTS["rl"])
 
 
 def full_state_dict(hf) -> dict[str, torch.Tensor]:
@@ -71,7 +66,6 @@ class RLRun:
     """One RL trainer on this rank."""
 
     def __init__(self, config: Any) -> None:
-        from prl.plugins import get_registry
 
         self.config = config
         self.dist = init_distributed()
@@ -86,11 +80,8 @@ class RLRun:
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
         self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
         self._resume()
-        registry = get_registry()
-        self.loss_fn = registry.get("losses", config.loss.type)(config.loss)
-        self.transport = registry.get("weight_transports", config.weight_broadcast.type)(
-            config.weight_broadcast, self.run_dir
-        )
+        self.loss_fn = config.loss.build()
+        self.transport = config.weight_broadcast.build(run_dir=self.run_dir)
         self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
 
     def _resume(self) -> None:
@@ -151,12 +142,12 @@ class RLRun:
 
     def save(self, final: bool) -> None:
         step = self.progress["step"]
-        if not ckpt.save_due(step, final, self.config.ckpt):
+        if not layout.save_due(self.config.ckpt, step, final):
             return
         t0 = time.perf_counter()
         meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
         ckpt.save(
-            self.ckpt_root / f"step_{step}",
+            layout.step_dir(self.ckpt_root, step),
             self.hf,
             self.optimizer,
             self.scheduler,
@@ -168,8 +159,7 @@ class RLRun:
         if self.dist.world > 1:
             tdist.barrier()
         if self.dist.is_main:
-            c = self.config.ckpt
-            ckpt.retain(self.ckpt_root, c.keep_last, c.keep_interval)
+            layout.retain(self.ckpt_root, self.config.ckpt, layout.COMPONENTS["rl"], upto=step)
             emit(self.monitors, {"time/save_ckpt": time.perf_counter() - t0}, step)
 
     def train(self) -> None:

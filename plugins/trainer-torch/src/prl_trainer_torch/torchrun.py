@@ -20,8 +20,10 @@ def main() -> int:
         torchrun_main()
     except ChildFailedError as exc:
         codes = {failure.exitcode for failure in exc.failures.values()}
+        if 2 in codes:  # a usage error: the rank's own one-line message is the last word
+            return 2
         print(f"prl: {exc.name} failed on rank(s) {sorted(exc.failures)} (exit codes {sorted(codes)})", file=sys.stderr)
-        return 2 if 2 in codes else 1
+        return 1
     return 0
 
 

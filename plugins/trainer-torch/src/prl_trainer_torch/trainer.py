@@ -15,9 +15,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
+from prl.contracts.launcher import ProcessSpec
 from prl.contracts.trainer import Trainer, TrainerBackendConfig
+
+if TYPE_CHECKING:
+    from prl.config.components import TrainerConfig
+    from prl.config.roots import SFTConfig
 
 
 def torchrun_command(config_path: Path, nproc: int, log_dir: str | None, module: str) -> list[str]:
@@ -40,13 +45,13 @@ def launch_torchrun(config_json: str, nproc: int, module: str) -> int:
         return subprocess.call(torchrun_command(path, nproc, os.environ.get("PRL_ATTEMPT_LOG_DIR"), module), env=env)
 
 
-def _sft_json(config: Any) -> str:
+def _sft_json(config: SFTConfig) -> str:
     # Fake data renders nothing, so a run without any renderer installed still starts.
     uses_renderer = config.data.type != "fake" or (config.val is not None and config.val.data.type != "fake")
     return config.model_dump_json(exclude=None if uses_renderer else {"renderer"})
 
 
-def _needs_torchrun(config: Any) -> bool:
+def _needs_torchrun(config: SFTConfig | TrainerConfig) -> bool:
     """Several workers asked for, and not already a torchrun rank."""
     return config.num_workers > 1 and "LOCAL_RANK" not in os.environ
 
@@ -55,6 +60,7 @@ class TorchTrainer(Trainer):
     """FSDP2 trainer on transformers models; SFT now, the RL step reuses its parts."""
 
     type: ClassVar[str] = "torch"
+    is_default: ClassVar[bool] = True
 
     class Config(TrainerBackendConfig):
         """Settings of the torch trainer."""
@@ -63,7 +69,7 @@ class TorchTrainer(Trainer):
         """Trainer plugin tag."""
 
     @classmethod
-    def run_sft(cls, config: Any) -> int:
+    def run_sft(cls, config: SFTConfig) -> int:
         if _needs_torchrun(config):
             return launch_torchrun(_sft_json(config), config.num_workers, "prl_trainer_torch.sft")
         from prl_trainer_torch.sft import run
@@ -71,9 +77,22 @@ class TorchTrainer(Trainer):
         return run(config)
 
     @classmethod
-    def run_rl(cls, config: Any) -> int:
+    def rl_processes(
+        cls, config: TrainerConfig, config_file: Path, log_dir: Path, env: dict[str, str]
+    ) -> list[ProcessSpec]:
+        """One ``prl trainer`` process, or torchrun with ``num_workers`` ranks of
+        :mod:`prl_trainer_torch.rl` reading ``config_file`` (per-rank logs under
+        ``log_dir/trainer/torchrun``; a rank's exit 2 stays 2)."""
+        if config.num_workers <= 1:
+            return super().rl_processes(config, config_file, log_dir, env)
+        argv = torchrun_command(Path(config_file), config.num_workers, str(log_dir), "prl_trainer_torch.rl")
+        env = {**env, "NCCL_NVLS_ENABLE": env.get("NCCL_NVLS_ENABLE", "0")}
+        return [ProcessSpec("trainer", argv, Path(log_dir) / "trainer.log", env, role="trainer")]
+
+    @classmethod
+    def run_rl(cls, config: TrainerConfig) -> int:
         if _needs_torchrun(config):
-            # ``prl trainer`` called directly (``prl rl`` starts torchrun itself).
+            # ``prl trainer`` called directly (under ``prl rl``, rl_processes starts torchrun).
             return launch_torchrun(config.model_dump_json(), config.num_workers, "prl_trainer_torch.rl")
         from prl_trainer_torch.rl import run
 

@@ -57,12 +57,11 @@ class FilesystemWeights(WeightTransport):
     """Weights as safetensors files in ``<run_dir>/broadcasts/step_N`` (see module docstring)."""
 
     type: ClassVar[str] = "filesystem"
+    is_default: ClassVar[bool] = True
 
     class Config(WeightTransportConfig):
         type: Literal["filesystem"] = "filesystem"
         """Selects this transport."""
-        timeout: float = 1200.0
-        """Seconds either side waits in the handshake before failing."""
 
     @property
     def base(self) -> Path:
@@ -73,7 +72,7 @@ class FilesystemWeights(WeightTransport):
 
     @property
     def timeout(self) -> float:
-        return float(getattr(self.config, "timeout", 1200.0))
+        return self.config.timeout
 
     # ---- trainer side ---------------------------------------------------------------
     def publish(self, state_dict: dict[str, Any], version: int) -> None:

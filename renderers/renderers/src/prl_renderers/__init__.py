@@ -1,10 +1,8 @@
 """prl renderers: chat messages to token ids with per-token message and role attribution.
 
-Renderers are looked up by name through the plugin registry::
+A renderer config builds its renderer::
 
-    from prl.plugins import get_registry
-    cls = get_registry().get("renderers", cfg.name)
-    renderer = cls(cfg, tokenizer_path)
+    renderer = cfg.build(tokenizer=tokenizer_path)   # cfg: the [renderer] section
 
 ``auto`` picks a family from the model (see :mod:`prl_renderers.auto`), ``default`` uses the
 tokenizer's own chat template, ``custom`` loads a class by import path, and every family of

@@ -63,6 +63,7 @@ class AutoRenderer(DelegatingRenderer):
     """Delegates to the renderer that :func:`resolve_name` picks for the tokenizer."""
 
     name: ClassVar[str] = "auto"
+    is_default: ClassVar[bool] = True
 
     class Config(RendererConfig):
         """``[renderer] name = "auto"`` (the default): the renderer is chosen from the model."""
@@ -95,6 +96,6 @@ class AutoRenderer(DelegatingRenderer):
             inner_cfg = cls.Config(name=self.resolved, **extra)
         except Exception as exc:
             raise RendererError(f"renderer 'auto': '{self.resolved}' does not take thinking_retention: {exc}") from None
-        self.inner: Renderer = cls(inner_cfg, tokenizer if not isinstance(tokenizer, Path) else path)
+        self.inner: Renderer = inner_cfg.build(tokenizer=tokenizer if not isinstance(tokenizer, Path) else path)
         inner_tok = getattr(self.inner, "tokenizer", None)
         self.tokenizer = inner_tok if inner_tok is not None else resolve_tokenizer(tokenizer)[0]

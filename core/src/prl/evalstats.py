@@ -1,0 +1,69 @@
+"""Per-rollout eval records and their avg@k / pass@k summary, shared by ``prl eval`` and
+the orchestrator's online evals (see :mod:`prl.eval` for the definitions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from prl.types import Trace
+
+
+def rollout_record(trace: Trace, group: str, index: int) -> dict[str, Any]:
+    """The compact per-rollout result kept in progress files and results/<env>.jsonl."""
+    return {
+        "group": group,
+        "index": index,
+        "task_id": trace.task_id,
+        "trace_id": trace.trace_id,
+        "reward": trace.reward,
+        "agent_rewards": dict(trace.agent_rewards),
+        "agents": sorted({b.agent for b in trace.branches}),
+        "metrics": dict(trace.metrics),
+        "seq_len": sum(len(b.token_ids) for b in trace.branches),
+        "turns": trace.turns,
+        "is_truncated": trace.is_truncated,
+        "is_timeout": trace.is_timeout,
+        "error": trace.error,
+        "messages": trace.messages,
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize(env: str, groups: dict[str, list[dict[str, Any]]], k: int) -> dict[str, float]:
+    """Metrics of one source from its completed groups (see the module docstring)."""
+    rows = [r for g in groups.values() for r in g]
+    if not rows:
+        return {}
+    p = f"eval/{env}"
+    out = {
+        f"{p}/avg@{k}": _mean([r["reward"] for r in rows]),
+        f"{p}/pass@{k}": _mean([float(max(r["reward"] for r in g) >= 1.0) for g in groups.values() if g]),
+        f"{p}/all/seq_len/mean": _mean([float(r["seq_len"]) for r in rows]),
+        f"{p}/is_timeout/mean": _mean([float(r["is_timeout"]) for r in rows]),
+        f"{p}/num_examples": float(len(groups)),
+        f"{p}/num_rollouts": float(len(rows)),
+    }
+    per_agent: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        agents = r["agent_rewards"] or {"default": r["reward"]}
+        for agent, reward in agents.items():
+            per_agent[agent]["reward"].append(reward)
+            per_agent[agent]["is_truncated"].append(float(r["is_truncated"]))
+            per_agent[agent]["has_error"].append(float(r["error"] is not None or r["is_timeout"]))
+    for agent, fields in per_agent.items():
+        for name, values in fields.items():
+            out[f"{p}/all/{agent}/{name}/mean"] = _mean(values)
+    env_metrics: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        for name, value in r["metrics"].items():
+            env_metrics[name].append(float(value))
+    for name, values in env_metrics.items():
+        out[f"{p}/{name}/mean"] = _mean(values)
+    return out
+
+
+# ---- cursor checkpoints --------------------------------------------------------------
