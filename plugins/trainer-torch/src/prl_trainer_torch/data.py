@@ -111,12 +111,9 @@ class RowRenderer:
     """Turns dataset rows into :class:`Sample` through the configured renderer."""
 
     def __init__(self, data_cfg: Any, renderer_cfg: Any, tokenizer: str) -> None:
-        from prl.plugins import get_registry
-
         self.cfg = data_cfg
         self.renderer_cfg = renderer_cfg
         self.tokenizer = tokenizer
-        self.renderer_cls = get_registry().get("renderers", renderer_cfg.name)
         self._renderers: dict[tuple, Any] = {}
         cols = dict(data_cfg.columns)
         self.renderer_columns: dict[str, str] = dict(cols.pop("renderer", {"reasoning_effort": "reasoning_effort"}))
@@ -133,7 +130,7 @@ class RowRenderer:
         )
         if overrides not in self._renderers:
             cfg = self.renderer_cfg.model_copy(update=dict(overrides)) if overrides else self.renderer_cfg
-            self._renderers[overrides] = self.renderer_cls(cfg, self.tokenizer)
+            self._renderers[overrides] = cfg.build(tokenizer=self.tokenizer)
         return self._renderers[overrides]
 
     def messages(self, row: dict, index: int) -> tuple[list[dict], list[bool]]:
