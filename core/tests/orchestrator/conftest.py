@@ -36,6 +36,8 @@ class CountTaskset(Taskset):
         """Seconds each rollout sleeps (simulates inference latency)."""
         fail_every: int = 0
         """Raise in every n-th rollout (0: never)."""
+        reward: float | None = None
+        """The same reward for every rollout (None: 1 when the first sampled token is even)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -60,7 +62,7 @@ class CountTaskset(Taskset):
             logprobs=[0.0] * len(prompt) + gen.logprobs,
             temperature=sampling.temperature,
         )
-        reward = float(gen.token_ids[0] % 2 == 0)
+        reward = self.config.reward if self.config.reward is not None else float(gen.token_ids[0] % 2 == 0)
         return Trace(trace_id="", task_id=task.task_id, env="", branches=[branch], reward=reward)
 
 

@@ -144,6 +144,12 @@ def test_registered_as_local():
     assert get_registry().get("launchers", "local") is LocalLauncher
 
 
+def test_watchdog_reports_reach_the_console(tmp_path, capsys):
+    code = "print('2026 WARNING prl.orchestrator: waiting for batch step 1: 0/8 traces ready')\n"
+    assert _launcher(tmp_path).launch([_spec(tmp_path, "orchestrator", code)]) == 0
+    assert "[orchestrator] waiting for batch step 1: 0/8 traces ready" in capsys.readouterr().out
+
+
 def test_a_usage_error_ends_the_run_with_its_one_line_and_exit_2(tmp_path, capsys):
     specs = [
         _spec(tmp_path, "server", SERVER.format(name="server"), ready=True),

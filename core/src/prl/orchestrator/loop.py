@@ -252,7 +252,10 @@ class Orchestrator:
 
     # ---- batches ----------------------------------------------------------------------
     async def _collect(self, step: int) -> None:
-        waited = 0.0
+        # The watchdog measures time without progress, not time without events: groups can
+        # keep finishing while none of their traces counts (filtered for lack of signal).
+        progress_at = said_at = time.monotonic()
+        count = self.buffer.count
         while not self.buffer.ready(step):
             self._raise_if_failed()
             self._check_sources()
@@ -261,12 +264,27 @@ class Orchestrator:
             try:
                 await asyncio.wait_for(self._arrived.wait(), 1.0)
             except TimeoutError:
-                waited += 1.0
-                if waited % WATCHDOG_S == 0:
-                    log.warning(
-                        "waiting for batch step %d: %d/%d traces ready, %d episodes in flight, policy version %s",
-                        step, self.buffer.count, self.config.batch_size, self.inflight_episodes, self.follower.version,
-                    )  # fmt: skip
+                pass
+            now = time.monotonic()
+            if self.buffer.count > count:
+                progress_at, count = now, self.buffer.count
+            if now - progress_at >= WATCHDOG_S and now - said_at >= WATCHDOG_S:
+                said_at = now
+                log.warning(self._stall_message(step))
+
+    def _stall_message(self, step: int) -> str:
+        """What batch ``step`` waits on, in one line (the stall watchdog's report)."""
+        line = (
+            f"waiting for batch step {step}: {self.buffer.count}/{self.config.batch_size} traces ready, "
+            f"{self.inflight_episodes} episodes in flight, policy version {self.follower.version}"
+        )
+        if self.buffer.filtered_traces:
+            line += (
+                f"; {self.buffer.filtered_traces} finished traces were filtered out: every episode of their "
+                "group earned the same reward, so they carry no learning signal (start from a policy that "
+                "sometimes succeeds, or set orchestrator.constant_trainer_batch_size = false)"
+            )
+        return line
 
     def _check_sources(self) -> None:
         for source in list(self.mixer.sources):

@@ -2,7 +2,8 @@
 
 A reader thread copies the child's combined stdout/stderr line by line into ``log_path``
 (append mode, flushed per line), keeps the last lines for error reports, and echoes status
-lines (``Step N | ...``) to the console with the child's name in front.
+lines (``Step N | ...``) and watchdog reports (``waiting for ...``) to the console with the
+child's name in front.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 
 from prl.contracts.launcher import ProcessSpec
 
-STATUS = re.compile(rb"\bStep \d+ \|")
+# Step lines, and the stall watchdog's "waiting for ..." reports: a stalled run must say
+# on the console what it waits on, not only in a log file.
+STATUS = re.compile(rb"\bStep \d+ \||\bwaiting for ")
 TAIL_LINES = 30
 
 
