@@ -7,7 +7,11 @@ STAMP := $(VENV)/.prl-heavy-deps
 MEMBERS := $(shell ls -d core plugins/*/ algorithms/*/ renderers/*/ monitors/*/ launchers/*/ 2>/dev/null | xargs -n1 -I{} sh -c 'test -f {}/pyproject.toml && echo {}')
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test demo clean-venv
+# Test tiers: the fast unit tier (under 2 minutes on 2 cores) and the real-component tier
+# (vLLM, verifiers, multi-process and end-to-end runs). `make test` runs both.
+FAST := not (vllm or verifiers or slow)
+
+.PHONY: setup lint test test-fast test-real demo clean-venv
 
 # Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
 # then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
@@ -31,6 +35,12 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -n auto -m "$(FAST)" $(PYTEST_ARGS)
+
+test-real: setup
+	$(PY) -m pytest -q -m "not ($(FAST))" $(PYTEST_ARGS)
 
 demo: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/reverse-text/run.sh

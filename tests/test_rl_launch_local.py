@@ -92,3 +92,27 @@ def test_a_trainer_usage_error_ends_prl_rl_with_one_line_and_exit_2(tmp_path, ca
     assert err == [
         "prl: trainer: Config file error: model.attn_implementation: 'bogus' is not supported by transformers here"
     ]
+
+
+@pytest.mark.slow
+def test_a_whole_prl_rl_run_resumes_from_its_last_complete_step(tmp_path, capsys):
+    """Two steps, stop; ``--resume`` with a higher max_steps continues at step 3 in a new
+    attempt, from the checkpoint both trainer and orchestrator marked complete."""
+    from prl.cli.commands import cmd_rl
+
+    toml = _rl_toml(tmp_path)
+    assert cmd_rl(["@", str(toml), "--run.name", "again"]) == 0
+    capsys.readouterr()
+    run_dir = tmp_path / "outputs" / "again"
+    assert (run_dir / "checkpoints" / "step_2" / "trainer" / "COMPLETE").exists()
+    code = cmd_rl(["@", str(toml), "--run.name", "again", "--resume", "--max-steps", "3"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    assert "[orchestrator] Step 3 |" in out.out and "[trainer] Step 3 |" in out.out
+    assert "[trainer] Step 1 |" not in out.out  # nothing before the checkpoint ran again
+    assert (run_dir / "logs" / "attempt_2" / "trainer.log").exists()
+    rows = [json.loads(x) for x in (run_dir / "monitors" / "file" / "metrics.jsonl").read_text().splitlines()]
+    trainer_steps = [r["step"] for r in rows if r.get("producer") == "trainer" and "loss/all" in r]
+    assert trainer_steps == [1, 2, 3]
+    final = run_dir / "checkpoints" / "step_3"
+    assert (final / "trainer" / "COMPLETE").exists() and (final / "orchestrator" / "COMPLETE").exists()

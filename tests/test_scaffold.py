@@ -95,6 +95,7 @@ def test_every_kind_has_a_template():
     assert {resolve_kind(kind).kind for kind in KINDS} == set(KINDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias", ALIASES)
 def test_installed_plugin_is_listed_with_its_tag(alias, listing):
     n = names(alias)
@@ -103,6 +104,7 @@ def test_installed_plugin_is_listed_with_its_tag(alias, listing):
     assert listing[n.dist]["registers"] == {n.template.kind: [n.tag]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alias", ALIASES)
 def test_generated_tests_pass(alias, generated_tests):
     outcomes = generated_tests.get(f"test_{names(alias).ident}.py")
@@ -110,6 +112,7 @@ def test_generated_tests_pass(alias, generated_tests):
     assert set(outcomes) == {"passed"}, generated_tests["_output"]
 
 
+@pytest.mark.slow
 def test_one_config_selects_every_new_plugin(root, site):
     # The README of each distribution shows its `selects` snippet; together they must make
     # a valid `prl rl` config that resolves to the new plugins (a tag that is not installed
@@ -134,6 +137,7 @@ def test_one_config_selects_every_new_plugin(root, site):
     assert json.loads(source.read_text())["env"]["taskset"]["id"] == tag["tasksets"]
 
 
+@pytest.mark.slow
 def test_generated_code_is_ruff_clean(root, tmp_path):
     pytest.importorskip("ruff")
     # The longest allowed name too: generated lines must stay within the limit.

@@ -80,6 +80,7 @@ def _check_branch_alignment(trace):
         assert all(math.isfinite(lp) and lp <= 0.0 for lp in sampled)
 
 
+@pytest.mark.slow
 def test_builtin_rollouts_carry_exact_server_tokens(server):
     renderer = renderer_for(server["model"])
 
@@ -122,6 +123,7 @@ def test_builtin_rollouts_carry_exact_server_tokens(server):
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_env_server_serves_builtin_rollouts_over_prl_protocol(server, tmp_path):
     src = {"name": "rt", "env": {"taskset": {"id": "reverse-text", "num_eval": 2}}}
     (tmp_path / "rt.json").write_text(json.dumps(SourceConfig.model_validate(src).model_dump(mode="json")))
@@ -156,6 +158,7 @@ def test_env_server_serves_builtin_rollouts_over_prl_protocol(server, tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_prl_eval_against_the_server(server, tmp_path, capsys):
     cfg = EvalConfig.model_validate(
         {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import typer
 from prl_trainer_torch.cli import add_commands
 from prl_trainer_torch.reverse_text import lcs_ratio
@@ -42,6 +43,7 @@ def test_lcs_ratio():
     assert 0.0 < lcs_ratio("cbx", "cba") < 1.0
 
 
+@pytest.mark.slow
 def test_bad_row_met_during_training_is_one_line_and_exit_2(tmp_path, tiny_model):
     import subprocess
     import sys

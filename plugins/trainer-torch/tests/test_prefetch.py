@@ -14,6 +14,7 @@ def _steps(cfg, model, n):
     return [[row.input_ids.tolist() for row in loader.next_step().rows] for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_every_worker_count_gives_the_same_rows(tmp_path, tiny_model, reverse_data, sft_config):
     train, _ = reverse_data
     # 400 rows, 8 rows per step: 12 steps cross the epoch boundary with every worker count.
@@ -27,6 +28,7 @@ def test_every_worker_count_gives_the_same_rows(tmp_path, tiny_model, reverse_da
     assert len({tuple(map(tuple, step)) for step in streams[0]}) == 12
 
 
+@pytest.mark.slow
 def test_bad_row_in_a_worker_process_names_the_row(tmp_path, tiny_model, sft_config):
     rows = [{"prompt": f"p{i}", "completion": f"c{i}"} for i in range(9)]
     rows[5] = {"prompt": "p5", "completion": 7}

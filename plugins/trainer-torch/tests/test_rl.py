@@ -171,6 +171,7 @@ def test_plain_resume_needs_the_orchestrator_part(tmp_path, tiny_model):
         RLRun(_config(tmp_path, tiny_model, resume={}))
 
 
+@pytest.mark.slow
 def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model):
     from prl_trainer_torch.trainer import TorchTrainer
 

@@ -139,6 +139,7 @@ def test_export_loads_in_transformers_with_trained_weights(tmp_path, tiny_model,
     assert not torch.equal(base["model.layers.0.mlp.up_proj.weight"], trained["model.layers.0.mlp.up_proj.weight"])
 
 
+@pytest.mark.slow
 def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, sft_config):
     from safetensors.torch import load_file
 

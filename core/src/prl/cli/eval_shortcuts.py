@@ -18,7 +18,7 @@ def expand_argv(argv: list[str]) -> list[str]:
         if tok == "-c" or tok.startswith("-c="):
             value = tok[3:] if "=" in tok else (argv[i + 1] if i + 1 < len(argv) else None)
             if value is None:
-                raise ConfigError("`-c requires a value`")
+                raise ConfigError("-c requires a value: the number of rollouts in flight, e.g. -c 8")
             out += ["--concurrency.min-inflight", value, "--concurrency.max-inflight", value]
             i += 1 if "=" in tok else 2
             continue

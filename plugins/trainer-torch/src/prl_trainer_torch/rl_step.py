@@ -35,6 +35,7 @@ import torch
 import torch.distributed as tdist
 from prl_loss_common import component_losses, global_scales, local_scales, mismatch_kl, normalise, rl_mask
 
+from prl.config.errors import ConfigError
 from prl.contracts.loss import Loss, LossInputs
 
 FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
@@ -62,7 +63,8 @@ class MicroBatch:
 def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
     if raw.get("sampling_mask") is not None:
-        raise ValueError(
+        # A setting the user chose (top_p < 1 or top_k): a usage error, one line and exit 2.
+        raise ConfigError(
             "sampling_mask: trainer 'torch' does not replay truncated sampling yet; sample with top_p = 1 and no top_k"
         )
     pos = torch.tensor(raw["position_ids"], dtype=torch.long, device=device)
