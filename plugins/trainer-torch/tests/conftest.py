@@ -8,6 +8,7 @@ model) is registered for the session, so these tests do not wait on another dist
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -90,6 +91,75 @@ def sft_config():
     return make_sft_config
 
 
+@pytest.fixture
+def rl_config():
+    """Builds an RL TrainerConfig for the tiny model (see :func:`make_rl_config`)."""
+    return make_rl_config
+
+
+@pytest.fixture
+def weight_consumer():
+    """The orchestrator's side of the weight handshake (see :class:`WeightConsumer`)."""
+    return WeightConsumer
+
+
+def _merged(raw: dict, overrides: dict) -> dict:
+    """``raw`` with ``overrides`` applied; a dict override updates a dict section."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw
+
+
+def _only_listed_monitors(cfg, listed: dict):
+    for key in type(cfg.monitors).model_fields:
+        if key not in listed:
+            setattr(cfg.monitors, key, None)
+    return cfg
+
+
+def make_rl_config(tmp_path: Path, model: Path, **overrides):
+    """An RL TrainerConfig (ipo, two steps, seq_len 24) writing only file metrics."""
+    from prl.config.components import TrainerConfig
+
+    raw = {
+        "output_dir": str(tmp_path / "outputs"),
+        "run": {"name": "rl"},
+        "model": {"name": str(model), "seq_len": 24},
+        "optim": {"lr": 1e-3},
+        "loss": {"type": "ipo", "eps": 0.5},
+        "max_steps": 2,
+        "weight_broadcast": {"timeout": 60},
+        "monitors": {"file": {}},
+    }
+    raw = _merged(raw, overrides)
+    return _only_listed_monitors(TrainerConfig.model_validate(raw), raw["monitors"])
+
+
+class WeightConsumer(threading.Thread):
+    """The orchestrator's side of the weight handshake: acknowledges versions in order and
+    keeps the weights of each."""
+
+    def __init__(self, run_dir: Path, versions: list[int]) -> None:
+        from prl_weights_filesystem import FilesystemWeights
+
+        super().__init__(daemon=True)
+        self.transport = FilesystemWeights(FilesystemWeights.Config(timeout=120), run_dir)
+        self.versions, self.weights, self.error = versions, {}, None
+
+    def run(self) -> None:
+        from safetensors.torch import load_file
+
+        try:
+            for v in self.versions:
+                path = self.transport.receive(v, timeout=120)
+                self.weights[v] = load_file(str(Path(path) / "model.safetensors"))
+        except Exception as exc:  # surfaced by the test
+            self.error = exc
+
+
 def make_sft_config(tmp_path: Path, model: Path, data_path: Path, **overrides):
     """An SFTConfig for the tiny model, with monitors off unless given."""
     from prl.config.roots import SFTConfig
@@ -103,13 +173,5 @@ def make_sft_config(tmp_path: Path, model: Path, data_path: Path, **overrides):
         "optim": {"lr": 3e-3},
         "max_steps": 4,
     }
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(raw.get(key), dict):
-            raw[key] = {**raw[key], **value}
-        else:
-            raw[key] = value
-    cfg = SFTConfig.model_validate(raw)
-    for key in type(cfg.monitors).model_fields:
-        if key not in overrides.get("monitors", {}):
-            setattr(cfg.monitors, key, None)
-    return cfg
+    cfg = SFTConfig.model_validate(_merged(raw, overrides))
+    return _only_listed_monitors(cfg, overrides.get("monitors", {}))

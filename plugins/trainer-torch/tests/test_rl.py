@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,6 @@ pytest.importorskip("prl_weights_filesystem")
 pytest.importorskip("prl_loss_ipo")
 
 from prl_trainer_torch.rl import RLRun  # noqa: E402
-from prl_weights_filesystem import FilesystemWeights  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
 
 from prl.config.components import TrainerConfig  # noqa: E402
 from prl.orchestrator.packing import pack  # noqa: E402
@@ -57,42 +54,6 @@ def _write_batches(run_dir: Path, steps: range, ranks: int = 1) -> None:
         write_batch(run_dir, step, pack(samples, seq_len=24, ranks=ranks))
 
 
-def _config(tmp_path: Path, model: Path, **extra) -> TrainerConfig:
-    raw = {
-        "output_dir": str(tmp_path / "outputs"),
-        "run": {"name": "rl"},
-        "model": {"name": str(model), "seq_len": 24},
-        "optim": {"lr": 1e-3},
-        "loss": {"type": "ipo", "eps": 0.5},
-        "max_steps": 2,
-        "weight_broadcast": {"timeout": 60},
-        "monitors": {"file": {}},
-        **extra,
-    }
-    cfg = TrainerConfig.model_validate(raw)
-    for key in type(cfg.monitors).model_fields:
-        if key != "file":
-            setattr(cfg.monitors, key, None)
-    return cfg
-
-
-class Consumer(threading.Thread):
-    """The orchestrator's side of the weight handshake: acknowledges versions in order."""
-
-    def __init__(self, run_dir: Path, versions: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.transport = FilesystemWeights(FilesystemWeights.Config(timeout=120), run_dir)
-        self.versions, self.weights, self.error = versions, {}, None
-
-    def run(self) -> None:
-        try:
-            for v in self.versions:
-                path = self.transport.receive(v, timeout=120)
-                self.weights[v] = load_file(str(Path(path) / "model.safetensors"))
-        except Exception as exc:  # surfaced by the test
-            self.error = exc
-
-
 def _completion_logprob(weights: dict, model: Path, tokens: list[int]) -> float:
     from transformers import AutoModelForCausalLM
 
@@ -104,9 +65,9 @@ def _completion_logprob(weights: dict, model: Path, tokens: list[int]) -> float:
     return float(logp[len(PROMPT) - 1 :].sum())
 
 
-def _train(cfg: TrainerConfig, versions: list[int]) -> tuple[RLRun, Consumer]:
+def _train(cfg: TrainerConfig, versions: list[int], consumer_cls: type) -> tuple[RLRun, object]:
     run = RLRun(cfg)
-    consumer = Consumer(run.run_dir, versions)
+    consumer = consumer_cls(run.run_dir, versions)
     consumer.start()
     try:
         run.train()
@@ -117,11 +78,11 @@ def _train(cfg: TrainerConfig, versions: list[int]) -> tuple[RLRun, Consumer]:
     return run, consumer
 
 
-def test_rl_steps_learn_publish_and_log(tmp_path, tiny_model):
-    cfg = _config(tmp_path, tiny_model, ckpt={"interval": 1})
+def test_rl_steps_learn_publish_and_log(tmp_path, tiny_model, rl_config, weight_consumer):
+    cfg = rl_config(tmp_path, tiny_model, ckpt={"interval": 1})
     run_dir = tmp_path / "outputs" / "rl"
     _write_batches(run_dir, range(1, 3))
-    run, consumer = _train(cfg, [0, 1, 2])
+    run, consumer = _train(cfg, [0, 1, 2], weight_consumer)
 
     assert sorted(consumer.weights) == [0, 1, 2]
     w0, w2 = consumer.weights[0], consumer.weights[2]
@@ -147,41 +108,43 @@ def test_rl_steps_learn_publish_and_log(tmp_path, tiny_model):
     assert run.progress["step"] == 2 and run.progress["total_samples"] == 8
 
 
-def test_resume_republishes_and_continues_exactly(tmp_path, tiny_model):
+def test_resume_republishes_and_continues_exactly(tmp_path, tiny_model, rl_config, weight_consumer):
     run_dir = tmp_path / "outputs" / "rl"
     _write_batches(run_dir, range(1, 3))
-    _, straight = _train(_config(tmp_path, tiny_model, ckpt={"interval": 1}), [0, 1, 2])
+    _, straight = _train(rl_config(tmp_path, tiny_model, ckpt={"interval": 1}), [0, 1, 2], weight_consumer)
 
     # A fresh attempt resuming from step 1 re-publishes version 1 and retrains step 2; the
     # launcher clears the broadcasts from the resume step on first (prl.rl_launch).
     prepare_scratch(run_dir, 1)
     _write_batches(run_dir, range(2, 3))
-    _, resumed = _train(_config(tmp_path, tiny_model, ckpt={"interval": 1}, resume={"step": 1}), [1, 2])
+    _, resumed = _train(
+        rl_config(tmp_path, tiny_model, ckpt={"interval": 1}, resume={"step": 1}), [1, 2], weight_consumer
+    )
     for key, value in straight.weights[1].items():
         assert torch.equal(resumed.weights[1][key], value), key
     for key, value in straight.weights[2].items():
         torch.testing.assert_close(resumed.weights[2][key], value, rtol=0, atol=1e-6)
 
 
-def test_plain_resume_needs_the_orchestrator_part(tmp_path, tiny_model):
+def test_plain_resume_needs_the_orchestrator_part(tmp_path, tiny_model, rl_config, weight_consumer):
     run_dir = tmp_path / "outputs" / "rl"
     _write_batches(run_dir, range(1, 2))
-    _train(_config(tmp_path, tiny_model, ckpt={}, max_steps=1), [0, 1])
+    _train(rl_config(tmp_path, tiny_model, ckpt={}, max_steps=1), [0, 1], weight_consumer)
     with pytest.raises(FileNotFoundError, match="orchestrator"):
-        RLRun(_config(tmp_path, tiny_model, resume={}))
+        RLRun(rl_config(tmp_path, tiny_model, resume={}))
 
 
 @pytest.mark.slow
-def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model):
+def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, rl_config, weight_consumer):
     from prl_trainer_torch.trainer import TorchTrainer
 
     published = {}
     for name, workers in (("one", 1), ("two", 2)):
-        cfg = _config(tmp_path, tiny_model, run={"name": name}, num_workers=workers, max_steps=1)
+        cfg = rl_config(tmp_path, tiny_model, run={"name": name}, num_workers=workers, max_steps=1)
         run_dir = tmp_path / "outputs" / name
         # The same four samples, packed for one rank or spread over two.
         _write_batches(run_dir, range(1, 2), ranks=workers)
-        consumer = Consumer(run_dir, [0, 1])
+        consumer = weight_consumer(run_dir, [0, 1])
         consumer.start()
         assert TorchTrainer.run_rl(cfg) == 0
         consumer.join(30)

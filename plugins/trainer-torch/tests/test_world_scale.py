@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,7 @@ pytest.importorskip("prl_weights_filesystem")
 pytest.importorskip("prl_loss_ipo")
 
 from prl_trainer_torch.trainer import TorchTrainer  # noqa: E402
-from prl_weights_filesystem import FilesystemWeights  # noqa: E402
 
-from prl.config.components import TrainerConfig  # noqa: E402
 from prl.orchestrator.packing import pack  # noqa: E402
 from prl.orchestrator.transport import write_batch  # noqa: E402
 from prl.types import TrainingSample  # noqa: E402
@@ -57,47 +54,17 @@ def _sample(completion: list[int], advantage: float, index: int) -> TrainingSamp
     )
 
 
-class _Consumer(threading.Thread):
-    """Acknowledges the published weight versions, as the orchestrator would."""
-
-    def __init__(self, run_dir: Path, versions: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.transport = FilesystemWeights(FilesystemWeights.Config(timeout=120), run_dir)
-        self.versions, self.error = versions, None
-
-    def run(self) -> None:
-        try:
-            for v in self.versions:
-                self.transport.receive(v, timeout=120)
-        except Exception as exc:  # surfaced by the test
-            self.error = exc
-
-
-def _step_metrics(tmp_path: Path, model: Path, workers: int) -> dict:
+def _step_metrics(tmp_path: Path, model: Path, workers: int, rl_config, weight_consumer) -> dict:
     name = f"w{workers}"
-    raw = {
-        "output_dir": str(tmp_path / "outputs"),
-        "run": {"name": name},
-        "model": {"name": str(model), "seq_len": 24},
-        # max_norm far above the gradient norm: clipping must not rescale anything
-        "optim": {"lr": 1e-3, "max_norm": 1e6},
-        "loss": {"type": "ipo", "eps": 0.5},
-        "max_steps": 1,
-        "num_workers": workers,
-        "weight_broadcast": {"timeout": 60},
-        "monitors": {"file": {}},
-    }
-    cfg = TrainerConfig.model_validate(raw)
-    for key in type(cfg.monitors).model_fields:
-        if key != "file":
-            setattr(cfg.monitors, key, None)
+    # max_norm far above the gradient norm: clipping must not rescale anything
+    cfg = rl_config(tmp_path, model, run={"name": name}, optim={"max_norm": 1e6}, max_steps=1, num_workers=workers)
     run_dir = tmp_path / "outputs" / name
     samples = [_sample(c, a, i) for i, (c, a) in enumerate(zip(COMPLETIONS, ADVANTAGES, strict=True))]
     batch = pack(samples, seq_len=24, ranks=workers)
     per_rank = [sum(len(mb["input_ids"]) for mb in rank) for rank in batch]
     assert per_rank == ([41] if workers == 1 else [24, 17])
     write_batch(run_dir, 1, batch)
-    consumer = _Consumer(run_dir, [0, 1])
+    consumer = weight_consumer(run_dir, [0, 1])
     consumer.start()
     assert TorchTrainer.run_rl(cfg) == 0
     consumer.join(30)
@@ -108,9 +75,9 @@ def _step_metrics(tmp_path: Path, model: Path, workers: int) -> dict:
 
 
 @pytest.mark.slow
-def test_two_workers_log_the_same_loss_and_grad_norm_as_one(tmp_path, tiny_model):
-    one = _step_metrics(tmp_path, tiny_model, 1)
-    two = _step_metrics(tmp_path, tiny_model, 2)
+def test_two_workers_log_the_same_loss_and_grad_norm_as_one(tmp_path, tiny_model, rl_config, weight_consumer):
+    one = _step_metrics(tmp_path, tiny_model, 1, rl_config, weight_consumer)
+    two = _step_metrics(tmp_path, tiny_model, 2, rl_config, weight_consumer)
     assert one["optim/grad_norm"] > 0 and one["loss/ce"] > 0
     for key in ("loss/all", "loss/rl", "loss/ce"):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
