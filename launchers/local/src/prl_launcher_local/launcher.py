@@ -16,6 +16,7 @@ GPUs are placed by ``ProcessSpec.role``: ``inference`` gets devices 0..num_infer
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import threading
@@ -98,8 +99,8 @@ class LocalLauncher(Launcher):
         ids = {"inference": range(n_infer), "trainer": range(n_infer, n_infer + n_train)}.get(spec.role)
         if not (n_infer or n_train) or ids is None:
             return spec
-        spec.env = {**spec.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
-        return spec
+        # A copy: the caller's plan stays as it was given (a dry run or a retry reuses it).
+        return dataclasses.replace(spec, env={**spec.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))})
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():
