@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # (vLLM, verifiers, multi-process and end-to-end runs). `make test` runs both.
 FAST := not (vllm or verifiers or slow)
 
-.PHONY: setup lint test test-fast test-real demo clean-venv
+.PHONY: setup lint test test-fast test-real mutation demo clean-venv
 
 # Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
 # then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
@@ -41,6 +41,12 @@ test-fast: setup
 
 test-real: setup
 	$(PY) -m pytest -q -m "not ($(FAST))" $(PYTEST_ARGS)
+
+# Mutation testing of the learning-critical modules (docs/testing.md): fails below a 90%
+# kill rate, on a survivor not justified in mutation/survivors.toml, or over the budget.
+MUTATION_BUDGET ?= 2400
+mutation: setup
+	$(PY) mutation/run.py --budget $(MUTATION_BUDGET)
 
 demo: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/reverse-text/run.sh

@@ -108,3 +108,50 @@ def test_importing_the_plugin_does_not_import_torch():
 
     code = "import sys, prl_algo_grpo.plugin; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_length_penalty_when_a_group_has_no_context_tokens():
+    # every token sampled: the input term has maximum 0 and contributes 0 (no division by 0)
+    # out 1/2 (max 2), turns 1/1; mean reward .5
+    group = [
+        Trace("a", "task", "env", [_branch([1])], reward=1.0),
+        Trace("b", "task", "env", [_branch([1, 1])], reward=0.0),
+    ]
+    GRPO(GRPO.Config(length_penalty=True)).score_group(group)
+    shaped = [1.0 - 0.5 * (0.25 * 1 / 2 + 0.1), 0.0 - 0.5 * (0.25 + 0.1)]
+    mean = sum(shaped) / 2
+    assert [_advantage(t) for t in group] == pytest.approx([s - mean for s in shaped])
+    assert _advantage(group[0]) == pytest.approx(0.53125)
+
+
+def test_length_penalty_with_a_longest_answer_of_one_token():
+    # out 1/0 (max 1), in 1/2 (max 2), turns 1/1; b sampled nothing (no advantage to read)
+    group = [
+        Trace("a", "task", "env", [_branch([0, 1])], reward=1.0),
+        Trace("b", "task", "env", [_branch([0, 0])], reward=0.0),
+    ]
+    GRPO(GRPO.Config(length_penalty=True)).score_group(group)
+    # a: 1 − .5 (.25 + .1 · 1/2 + .1) = .8, b: 0 − .5 (0 + .1 + .1) = −.1, mean .35
+    assert _advantage(group[0]) == pytest.approx(0.45)
+    assert group[1].branches[0].advantages == [0.0, 0.0]
+
+
+def test_an_advantages_override_of_the_wrong_length_is_refused():
+    class Short(GRPO):
+        def advantages(self, group, rewards):
+            return super().advantages(group, rewards)[:-1]
+
+    with pytest.raises(ValueError, match="zip"):
+        Short(GRPO.Config()).score_group(_group())
+
+
+def test_prompt_aggregation_of_a_group_without_sampled_tokens():
+    # every trace stopped before sampling anything: nothing to weigh, and no division by 0
+    group = [Trace(t, "task", "env", [_branch([0, 0])], reward=float(i)) for i, t in enumerate("ab")]
+    GRPO(GRPO.Config(loss_aggregation="prompt")).score_group(group)
+    assert [br.rl_weights for t in group for br in t.branches] == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_length_weighted_baseline_refuses_rewards_that_do_not_match_the_group():
+    with pytest.raises(ValueError, match="zip"):
+        GRPO(GRPO.Config(length_weighted_baseline=True)).advantages(_group(), [1.0, 0.0])

@@ -55,3 +55,32 @@ def test_invalid_band_names_the_field():
         CISPOLoss.Config(ratio_low=6.0)
     with pytest.raises(ValidationError, match="ratio_high"):
         CISPOLoss.Config(ratio_high=0.0)
+
+
+def _pq(p, q, advantages, mask=None):
+    return LossInputs(
+        trainer_logprobs=torch.tensor(p, dtype=torch.float64).log().requires_grad_(),
+        inference_logprobs=torch.tensor(q, dtype=torch.float64).log(),
+        advantages=torch.tensor(advantages, dtype=torch.float64),
+        loss_mask=torch.tensor(mask or [True] * len(p)),
+        rl_weights=None,
+    )
+
+
+def test_ratio_exactly_on_a_clip_edge_is_not_counted_as_clipped():
+    inputs = _pq([0.5, 0.25], [0.25, 0.5], [1.0, 1.0])
+    # the log-ratio is exactly the edge the code compares with, log 2 and log .5
+    assert (inputs.trainer_logprobs - inputs.inference_logprobs).tolist() == [math.log(2.0), math.log(0.5)]
+    out = _loss(ratio_low=0.5, ratio_high=2.0)(inputs)
+    out.loss.sum().backward()
+    assert inputs.trainer_logprobs.grad.tolist() == pytest.approx([-2.0, -0.5])
+    assert float(out.metrics["is_clipped"]) == 0.0
+
+
+def test_padding_tokens_give_zero_loss_and_gradient():
+    # token 1 is padding: logprob −inf on both sides, outside the loss mask
+    inputs = _pq([0.5, 0.0], [0.5, 0.0], [1.0, 0.0], mask=[True, False])
+    out = _loss()(inputs)
+    out.loss.sum().backward()
+    assert out.loss.tolist() == pytest.approx([-math.log(0.5), 0.0])
+    assert inputs.trainer_logprobs.grad.tolist() == pytest.approx([-1.0, 0.0])

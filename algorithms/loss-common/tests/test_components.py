@@ -60,3 +60,65 @@ def test_ref_kl_trust_region_and_gradient():
 def test_ref_kl_without_ref_logprobs_is_an_error():
     with pytest.raises(ValueError, match="ref_logprobs"):
         ref_kl_loss(_t([-1.0]), _t([-1.0]), None, _t([1.0]))
+
+
+def test_ref_kl_missing_ref_message_names_the_fix():
+    with pytest.raises(ValueError, match=r"^ref_kl_weights are set but ref_logprobs is missing; .* \(opd, opsd\)$"):
+        ref_kl_loss(_t([-1.0, -2.0]), _t([-1.0, -2.0]), None, _t([0.0, 1.0]))
+
+
+def test_ref_kl_without_ref_logprobs_and_without_weights_is_a_zero_loss():
+    logp = _t([-1.0, -2.0], grad=True)
+    out = ref_kl_loss(logp, _t([-1.5, -2.0]), None, _t([0.0, 0.0]))
+    assert out.loss.tolist() == [0.0, 0.0]
+    assert float(out.metrics["ref_kl"]) == 0.0
+
+
+def test_ref_kl_keeps_a_token_whose_probability_fell_by_exactly_the_limit():
+    # p .3, q .5: p − q is exactly −0.2 in float64, so the "fell more than 0.2" rule keeps it
+    logp = _t([0.3, 0.3]).log().detach().requires_grad_()
+    q = _t([0.5, 0.5]).log()
+    assert (logp.exp() - q.exp()).tolist() == [-0.2, -0.2]
+    out = ref_kl_loss(logp, q, _t([0.15, 0.3]).log(), _t([1.0, 1.0]))
+    # token 0: −(log .15 − log .3) · r = log 2 · 0.6
+    assert out.loss.tolist() == pytest.approx([math.log(2) * 0.6, 0.0])
+    assert float(out.metrics["ref_kl/is_masked"]) == 0.0
+
+
+def test_ref_kl_caps_the_ratio_at_1e4():
+    # p .2, q 1e-5: r = 2e4 is capped at 1e4 (p rose, so the trust region keeps the token)
+    logp = _t([0.2]).log().detach().requires_grad_()
+    out = ref_kl_loss(logp, _t([1e-5]).log(), _t([0.1]).log(), _t([2.0]))
+    assert out.loss.tolist() == pytest.approx([2.0 * math.log(2) * 1e4])
+    out.loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([2.0 * math.log(2) * 1e4])
+
+
+def test_ref_kl_metrics_and_gradients_ignore_tokens_without_weight():
+    # token 0: covered, p = q. token 1: weight 0, p fell by .4 (would be dropped).
+    # token 2: weight 0, p rose (would be kept). token 3: weight 0, padding (−inf).
+    logp = _t([0.5, 0.1, 0.9, 0.0]).log().detach().requires_grad_()
+    q = _t([0.5, 0.5, 0.3, 0.0]).log()
+    ref = _t([0.25, 0.5, 0.5, 0.0]).log()
+    out = ref_kl_loss(logp, q, ref, _t([1.0, 0.0, 0.0, 0.0]))
+    assert out.loss.tolist() == pytest.approx([math.log(2), 0.0, 0.0, 0.0])
+    out.loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([math.log(2), 0.0, 0.0, 0.0])
+    assert float(out.metrics["ref_kl/is_masked"]) == 0.0
+    assert float(out.metrics["ref_kl/masked_mismatch_kl"]) == 0.0
+    assert float(out.metrics["ref_kl/unmasked_mismatch_kl"]) == 0.0
+    assert float(out.metrics["ref_kl"]) == pytest.approx(math.log(2))
+
+
+def test_ce_loss_keeps_the_logprob_dtype():
+    logp = torch.tensor([math.log(0.5), math.log(0.25)], dtype=torch.float32)
+    out = ce_loss(logp, _t([1.0, 0.0]))
+    assert out.loss.dtype == torch.float32
+    assert out.loss.tolist() == pytest.approx([math.log(2), 0.0])
+
+
+def test_ref_kl_loss_keeps_the_logprob_dtype():
+    logp = torch.tensor([math.log(0.5)], dtype=torch.float32)
+    out = ref_kl_loss(logp, logp, torch.tensor([math.log(0.25)], dtype=torch.float32), _t([1.0]))
+    assert out.loss.dtype == torch.float32
+    assert out.loss.tolist() == pytest.approx([math.log(2)])

@@ -5,9 +5,11 @@ from typing import ClassVar
 
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prl_loss_common import (
+    ComponentSums,
     Scales,
     component_losses,
     global_scales,
@@ -164,3 +166,83 @@ def test_any_split_into_micro_batches_gives_the_same_loss_and_gradient(tokens, c
     split, split_grad = run(list(zip(edges, edges[1:], strict=False)))
     assert split == pytest.approx(whole)
     assert torch.allclose(split_grad, whole_grad)
+
+
+class _TwoRanks:
+    """A stand-in for torch.distributed: the caller's ``group`` spans this rank and one other
+    whose scales are ``other``; calls are recorded in ``seen``."""
+
+    def __init__(self, backend, other, group):
+        self.backend, self.other, self.group, self.seen = backend, other, group, []
+
+    def install(self, monkeypatch):
+        monkeypatch.setattr(dist, "is_available", lambda: True)
+        monkeypatch.setattr(dist, "is_initialized", lambda: True)
+        monkeypatch.setattr(dist, "get_backend", self.get_backend)
+        monkeypatch.setattr(dist, "all_reduce", self.all_reduce)
+        monkeypatch.setattr(torch.Tensor, "cuda", lambda t: self.seen.append("cuda") or t)
+
+    def get_backend(self, group=None):
+        # the default group of this fake runs gloo: only the caller's group has ``backend``
+        return self.backend if group is self.group else "gloo"
+
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):  # torch's signature
+        self.seen.append((tensor.dtype, op, group))
+        other = torch.tensor(self.other, dtype=tensor.dtype)
+        tensor.copy_(tensor + other if op == dist.ReduceOp.SUM else torch.maximum(tensor, other))
+
+
+def test_global_scales_sum_every_rank_exactly(monkeypatch):
+    # 2^24 + 1 rl tokens: float32 would round the count and shift every gradient
+    group = object()
+    ranks = _TwoRanks("gloo", [1.0, 2.0, 3.0], group)
+    ranks.install(monkeypatch)
+    total = global_scales(Scales(rl=2.0**24, ce=5.0, ref_kl=0.0), group=group)
+    assert total == Scales(rl=2.0**24 + 1, ce=7.0, ref_kl=3.0)
+    assert ranks.seen == [(torch.float64, dist.ReduceOp.SUM, group)]
+
+
+def test_global_scales_move_the_buffer_to_the_gpu_for_nccl_only(monkeypatch):
+    group = object()
+    ranks = _TwoRanks("nccl", [0.0, 0.0, 0.0], group)
+    ranks.install(monkeypatch)
+    global_scales(Scales(rl=1.0), group=group)
+    assert ranks.seen[0] == "cuda"
+    ranks = _TwoRanks("gloo", [0.0, 0.0, 0.0], group)
+    ranks.install(monkeypatch)
+    global_scales(Scales(rl=1.0), group=group)
+    assert "cuda" not in ranks.seen
+
+
+def test_a_scale_below_one_still_divides():
+    # a rl weight sum of 0.5 (one token of weight .5) doubles the rl sum
+    sums = component_losses(Reinforce(), _mb([0.5], [True], [1.0], [0.5], None)["inputs"])
+    out = normalise(sums, Scales(rl=0.5))
+    assert out.item() == pytest.approx(0.5 * math.log(2) / 0.5)
+
+
+def test_scales_refuse_to_add_anything_but_scales_or_zero():
+    with pytest.raises(TypeError):
+        1 + Scales()  # noqa: B018
+    assert 0 + Scales(rl=2.0) == Scales(rl=2.0)
+
+
+def test_scales_add_every_component():
+    assert Scales(1.0, 2.0, 3.0) + Scales(10.0, 20.0, 30.0) == Scales(11.0, 22.0, 33.0)
+
+
+def test_normalise_divides_each_component_by_its_own_scale():
+    sums = ComponentSums(rl=_t(1.0), ce=_t(2.0), ref_kl=_t(3.0))
+    assert normalise(sums, Scales(rl=2.0, ce=4.0, ref_kl=6.0)).item() == pytest.approx(1.5)
+
+
+def test_ref_kl_component_runs_exactly_when_some_token_has_a_ref_kl_weight():
+    mb = _mb([0.5, 0.5], [True, True], [1.0, 1.0], None, None)
+    mb["inputs"].ref_logprobs = _t([0.25, 0.25]).log()
+    # all weights 1: both tokens give −(log .25 − log .5) = log 2
+    sums = component_losses(Reinforce(), mb["inputs"], ref_kl_weights=_t([1.0, 1.0]))
+    assert sums.ref_kl.item() == pytest.approx(2 * math.log(2))
+    # all weights 0: no ref_kl term and no ref_kl metrics
+    sums = component_losses(Reinforce(), mb["inputs"], ref_kl_weights=_t([0.0, 0.0]))
+    assert sums.ref_kl.item() == 0.0
+    assert not any(k.startswith("ref_kl") for k in sums.metrics)

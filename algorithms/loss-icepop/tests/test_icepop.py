@@ -61,3 +61,35 @@ def test_low_above_high_is_rejected_naming_the_fields():
         IcePopLoss.Config(ratio_low=3.0, ratio_high=2.0)
     with pytest.raises(ValidationError, match="ratio_low"):
         IcePopLoss.Config(ratio_low=-0.1)
+
+
+def test_band_edges_are_inclusive_to_the_last_bit():
+    # p/q = 2 and .5 with p, q powers of two: the log-ratio is exactly log 2 and log .5
+    logp = torch.tensor([0.5, 0.25], dtype=torch.float64).log().requires_grad_()
+    inputs = LossInputs(
+        trainer_logprobs=logp,
+        inference_logprobs=torch.tensor([0.25, 0.5], dtype=torch.float64).log(),
+        advantages=torch.tensor([1.0, 1.0], dtype=torch.float64),
+        loss_mask=torch.tensor([True, True]),
+        rl_weights=None,
+    )
+    assert (logp - inputs.inference_logprobs).tolist() == [math.log(2.0), math.log(0.5)]
+    out = _loss(ratio_low=0.5, ratio_high=2.0)(inputs)
+    assert out.loss.tolist() == pytest.approx([-2.0, -0.5])
+    assert float(out.metrics["is_masked"]) == 0.0
+
+
+def test_a_token_far_outside_the_band_gives_a_finite_gradient():
+    # r = e^1000 overflows; the dropped token must still give gradient 0, not NaN
+    logp = torch.tensor([math.log(0.5), math.log(0.5)], dtype=torch.float64).requires_grad_()
+    inputs = LossInputs(
+        trainer_logprobs=logp,
+        inference_logprobs=torch.tensor([math.log(0.5), -1000.0], dtype=torch.float64),
+        advantages=torch.tensor([1.0, 1.0], dtype=torch.float64),
+        loss_mask=torch.tensor([True, True]),
+        rl_weights=None,
+    )
+    out = _loss()(inputs)
+    out.loss.sum().backward()
+    assert out.loss.tolist() == pytest.approx([-1.0, 0.0])
+    assert logp.grad.tolist() == pytest.approx([-1.0, 0.0])

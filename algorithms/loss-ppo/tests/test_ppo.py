@@ -1,5 +1,7 @@
 """PPO against hand-computed values: both clip branches, the cap, gradients, validation."""
 
+import math
+
 import pytest
 import torch
 from prl_loss_ppo.loss import PPOLoss
@@ -70,3 +72,42 @@ def test_invalid_bounds_name_the_field(fields, name):
 def test_boundary_values_are_valid():
     cfg = PPOLoss.Config(ratio_low=1.0, ratio_high=1.0, max_importance_ratio=1.0)
     assert cfg.ratio_low == cfg.ratio_high == 1.0
+
+
+def _pq(p, q, advantages):
+    """Tokens of trainer probability p and inference probability q."""
+    return LossInputs(
+        trainer_logprobs=torch.tensor(p, dtype=torch.float64).log().requires_grad_(),
+        inference_logprobs=torch.tensor(q, dtype=torch.float64).log(),
+        advantages=torch.tensor(advantages, dtype=torch.float64),
+        loss_mask=torch.ones(len(p), dtype=torch.bool),
+        rl_weights=None,
+    )
+
+
+def test_ratio_exactly_on_a_clip_edge_is_not_clipped():
+    # r = 2 = ratio_high with A > 0, and r = .5 = ratio_low with A < 0: both on the edge
+    inputs = _pq([0.5, 0.25], [0.25, 0.5], [1.0, -1.0])
+    # the log-ratio is exactly the edge the code compares with, log 2 and log .5
+    assert (inputs.trainer_logprobs - inputs.inference_logprobs).tolist() == [math.log(2.0), math.log(0.5)]
+    out = _loss(ratio_low=0.5, ratio_high=2.0, max_importance_ratio=2.0)(inputs)
+    assert out.loss.tolist() == pytest.approx([-2.0, 0.5])
+    assert float(out.metrics["is_clipped"]) == 0.0
+    # r = max_importance_ratio exactly is not over the cap
+    assert float(out.metrics["ratio_capped"]) == 0.0
+
+
+def test_is_clipped_needs_a_nonzero_advantage_of_the_right_sign():
+    # r 4 and r .25 (both far outside [.5, 2]) with advantages 0, 0, .5 and -.5
+    inputs = _pq([0.5, 0.125, 0.5, 0.125], [0.125, 0.5, 0.125, 0.5], [0.0, 0.0, 0.5, -0.5])
+    out = _loss(ratio_low=0.5, ratio_high=2.0)(inputs)
+    # A = 0 tokens lose nothing, so they are not on a clipped branch; A = ±.5 tokens are
+    assert float(out.metrics["is_clipped"]) == pytest.approx(0.5)
+    assert out.loss.tolist() == pytest.approx([0.0, 0.0, -1.0, 0.25])
+
+
+def test_cap_below_ratio_high_message():
+    with pytest.raises(
+        ValidationError, match=r"Value error, max_importance_ratio \(1\.5\) must be >= ratio_high \(2\.0\) \["
+    ):
+        PPOLoss.Config(ratio_high=2.0, max_importance_ratio=1.5)

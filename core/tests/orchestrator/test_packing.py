@@ -54,6 +54,7 @@ def test_position_ids_reset_per_document_and_fields_align():
     assert mb["seq_lens"] == [5, 4, 3]  # longest first
     assert mb["position_ids"] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1, 2]
     assert mb["env_names"] == ["a", "a", "b"] and mb["trace_ids"] == ["x", "z", "y"]
+    assert mb["branch_indices"] == [0, 0, 0]
     assert mb["temperatures"] == [0.7] * 12 and len(mb["rl_weights"]) == 12
     assert "ref_logprobs" not in mb
 
@@ -83,3 +84,21 @@ def test_rank_costs_are_balanced_on_a_realistic_batch():
     assert max(costs) / min(costs) < 1.2
     real = [n for r in ranks for mb in r for n, t in zip(mb["seq_lens"], mb["trace_ids"], strict=False) if t]
     assert sorted(real) == sorted(len(s.input_ids) for s in samples)
+
+
+def test_bin_cost_counts_tokens_and_attention_per_document():
+    # 6 tokens of dense work plus (4² + 2²) / 8 of attention within each document.
+    assert bin_cost([4, 2], 8) == 6 + 20 / 8
+    assert bin_cost([6], 8) > bin_cost([3, 3], 8)  # one long document attends more
+
+
+def test_balance_never_gives_a_rank_more_than_its_share():
+    # Greedy-by-cost alone would put all three cheap bins beside each other on rank 1.
+    ranks = balance([10.0, 1.0, 1.0, 1.0], 2)
+    assert sorted(len(r) for r in ranks) == [2, 2]
+    assert balance([], 3) == [[], [], []]
+
+
+def test_no_samples_still_gives_every_rank_one_dummy():
+    ranks = pack([], seq_len=8, ranks=2)
+    assert [len(r) for r in ranks] == [1, 1] and not any(r[0]["loss_mask"][0] for r in ranks)

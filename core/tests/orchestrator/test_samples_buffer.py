@@ -51,9 +51,9 @@ def test_mismatched_lengths_are_reported():
         trace_to_samples(t, seq_len=64)
 
 
-def _group(version: int, advs: list[float], source: str = "s") -> FinishedGroup:
+def _group(version: int, advs: list[float]) -> FinishedGroup:
     traces = [trace_to_samples(_trace(a, tid=f"{version}-{i}"), 64) for i, a in enumerate(advs)]
-    return FinishedGroup(source, version, traces)
+    return FinishedGroup(version, traces)
 
 
 def test_constant_batch_counts_only_useful_traces_and_splits_groups():
@@ -86,3 +86,26 @@ def test_off_policy_window_drops_old_groups():
     assert [t.trace.trace_id for t in batch.traces] == ["3-0", "3-1"] and batch.lags == [0, 0]
     counters = buf.pop_counters()
     assert counters["off_policy/dropped_groups"] == 1 and counters["off_policy/dropped_traces"] == 2
+
+
+def test_every_stale_group_is_dropped_counted_and_uncounted():
+    buf = GroupBuffer(batch_size=2, constant=True, max_off_policy_steps=1)
+    buf.add(_group(0, [1.0, -1.0]))
+    buf.add(_group(1, [1.0, -1.0, 0.5]))
+    buf.add(_group(3, [1.0]))
+    assert not buf.ready(4)  # batch 4 accepts versions >= 2: both older groups go
+    assert buf.count == 1
+    counters = buf.pop_counters()
+    assert counters["off_policy/dropped_groups"] == 2 and counters["off_policy/dropped_traces"] == 5
+    # Counters are per step: the next report starts from zero.
+    assert set(buf.pop_counters().values()) == {0.0}
+
+
+def test_a_split_group_keeps_its_version_for_the_next_batch():
+    buf = GroupBuffer(batch_size=2, constant=False, max_off_policy_steps=1)
+    buf.add(_group(0, [1.0, -1.0, 0.5]))
+    assert buf.take(1).lags == [0, 0]
+    assert buf.groups[0].dispatch_version == 0
+    buf.add(_group(1, [1.0]))
+    batch = buf.take(2)  # the remainder (version 0) is one step off-policy for batch 2
+    assert batch.lags == [1, 0]

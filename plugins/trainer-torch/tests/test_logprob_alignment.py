@@ -21,12 +21,11 @@ pytest.importorskip("prl_loss_ipo")
 
 from prl_inference_torch.engine import GenParams, Request  # noqa: E402
 from prl_inference_torch.loading import load_state  # noqa: E402
+from prl_trainer_torch.alignment import Sampled, logprob_gaps, packed_batch  # noqa: E402
 from prl_trainer_torch.model import Dist, load_hf_model, parallelize  # noqa: E402
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch, token_logprobs  # noqa: E402
 
 from prl.config.components import InferenceConfig, TrainerConfig  # noqa: E402
-from prl.orchestrator.packing import pack  # noqa: E402
-from prl.types import TrainingSample  # noqa: E402
 
 # Two prompts of different lengths, sampled at two temperatures: the second document in the
 # packed row checks that alignment also holds past a document boundary and that each token
@@ -36,8 +35,8 @@ TEMPERATURES = (1.0, 0.7)
 MAX_TOKENS = 12
 
 
-def _sample_on_policy(model_dir) -> list[tuple[list[int], list[int], list[float], float]]:
-    """(prompt, sampled ids, inference logprobs, temperature) per prompt, from the engine."""
+def _sample_on_policy(model_dir) -> list[Sampled]:
+    """Each prompt's completion with the engine's log-probs."""
     backend = {"type": "torch", "device": "cpu", "dtype": "float32", "max_batch_size": 2, "num_threads": 1}
     cfg = InferenceConfig.model_validate({"model": {"name": str(model_dir)}, "backend": backend})
     state = load_state(cfg, api_key=None)
@@ -50,38 +49,20 @@ def _sample_on_policy(model_dir) -> list[tuple[list[int], list[int], list[float]
             state.engine.submit(req)
             reqs.append((req, done))
         out = []
-        for (req, done), temp in zip(reqs, TEMPERATURES, strict=True):
+        for i, ((req, done), temp) in enumerate(zip(reqs, TEMPERATURES, strict=True)):
             assert req.done or done.wait(60), "inference engine did not finish"
             (comp,) = req.completions
             assert len(comp.token_ids) == MAX_TOKENS == len(comp.logprobs)
-            out.append((req.prompt_ids, comp.token_ids, comp.logprobs, temp))
+            out.append(Sampled(req.prompt_ids, comp.token_ids, comp.logprobs, temp, env=f"env{i}"))
         return out
     finally:
         state.engine.shutdown()
 
 
-def _training_sample(prompt, completion, logprobs, temperature, env) -> TrainingSample:
-    n, m = len(prompt) + len(completion), len(completion)
-    mask = [False] * len(prompt) + [True] * m
-    return TrainingSample(
-        input_ids=list(prompt) + list(completion),
-        loss_mask=mask,
-        advantages=[1.0 if x else 0.0 for x in mask],
-        inference_logprobs=[0.0] * len(prompt) + list(logprobs),
-        temperature=temperature,
-        rl_weights=[1.0 if x else 0.0 for x in mask],
-        ce_weights=[0.0] * n,
-        ref_kl_weights=[0.0] * n,
-        env_name=env,
-    )
-
-
 @pytest.fixture(scope="module")
 def on_policy_batch(tiny_model):
-    sampled = _sample_on_policy(tiny_model)
-    samples = [_training_sample(*s, env=f"env{i}") for i, s in enumerate(sampled)]
-    ((raw,),) = pack(samples, seq_len=64, ranks=1)  # one rank, one micro-batch holding both documents
-    return to_micro_batch(raw, torch.device("cpu"))
+    # One rank, one micro-batch holding both documents.
+    return packed_batch(_sample_on_policy(tiny_model), seq_len=64)
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +74,15 @@ def policy(tiny_model):
 def test_trainer_logprobs_equal_inference_logprobs_per_token(policy, on_policy_batch):
     mb = on_policy_batch
     assert int(mb.loss_mask.sum()) == MAX_TOKENS * len(PROMPTS)
-    with torch.no_grad():
-        logp, _ = token_logprobs(policy, mb)
-    mask = mb.loss_mask
-    trainer, inference = logp[mask], mb.inference_logprobs[mask]
+    trainer, inference = logprob_gaps(policy, mb)
     diff = (trainer - inference).abs()
     assert float(diff.max()) < 1e-3, (
         f"trainer vs inference log-probs differ by up to {float(diff.max()):.3f} nats "
         f"(mean {float(diff.mean()):.3f}); trainer={trainer.tolist()} inference={inference.tolist()}"
     )
     # Tokens outside the loss (prompts, document starts) carry no log-prob of their own.
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy, mb)
     assert torch.all(logp[mb.position_ids == 0] == 0)
 
 
@@ -122,5 +102,8 @@ def test_truncated_sampling_is_refused_with_one_line():
     from prl.config.errors import ConfigError
 
     raw = {"sampling_mask": [[1, 2]], "position_ids": [0, 1], "env_names": ["e"]}
-    with pytest.raises(ConfigError, match=r"sampling_mask: .*sample with top_p = 1 and no top_k"):
+    with pytest.raises(ConfigError) as err:
         to_micro_batch(raw, torch.device("cpu"))
+    assert str(err.value) == (
+        "sampling_mask: trainer 'torch' does not replay truncated sampling yet; sample with top_p = 1 and no top_k"
+    )

@@ -54,6 +54,44 @@ def test_without_entropy_returns_zeros_and_logp_grads_only():
     torch.testing.assert_close(h.grad, g, atol=1e-5, rtol=1e-5)
 
 
+def test_kernels_see_one_chunk_of_logits_at_a_time(monkeypatch):
+    # The point of chunking: never more than chunk_size x V logits alive, forward or backward.
+    seen = {"forward": [], "grad": []}
+    kernels = dict(logprobs._KERNELS)
+    for name, kernel in kernels.items():
+        monkeypatch.setitem(
+            logprobs._KERNELS, name, lambda logits, *a, k=kernel, n=name: seen[n].append(len(logits)) or k(logits, *a)
+        )
+    h = torch.randn(9, 8, requires_grad=True)
+    w = torch.randn(20, 8, requires_grad=True)
+    y = torch.randint(0, 20, (9,))
+    logp, _ = chunked_logprobs(h, w, y, 0.7, chunk_size=4)
+    logp.sum().backward()
+    assert seen == {"forward": [4, 4, 1], "grad": [4, 4, 1]}
+    ref = torch.log_softmax(h @ w.t() / 0.7, -1).gather(-1, y[:, None]).squeeze(-1)
+    torch.testing.assert_close(logp, ref)
+
+
+def test_default_temperature_is_one():
+    torch.manual_seed(0)
+    h, w, y = torch.randn(5, 8), torch.randn(20, 8), torch.randint(0, 20, (5,))
+    logp, _ = chunked_logprobs(h, w, y)
+    torch.testing.assert_close(logp, torch.log_softmax(h @ w.t(), -1).gather(-1, y[:, None]).squeeze(-1))
+
+
+def test_outputs_and_gradients_stay_on_the_models_device():
+    # The meta device stands in for a GPU: every buffer must follow the inputs' device.
+    meta = torch.device("meta")
+    h = torch.randn(9, 8, device=meta, requires_grad=True)
+    w = torch.randn(20, 8, device=meta, requires_grad=True)
+    y = torch.zeros(9, dtype=torch.long, device=meta)
+    for temperature in (0.7, torch.full((9,), 0.7, device=meta)):
+        logp, ent = chunked_logprobs(h, w, y, temperature, chunk_size=4, entropy=True)
+        (logp.sum() + ent.sum()).backward()
+        assert {t.device for t in (logp, ent, h.grad, w.grad)} == {meta}
+        assert logp.dtype == torch.float32 and w.grad.dtype == torch.float32
+
+
 def test_packed_documents_do_not_attend_to_each_other(tiny_model):
     hf = load_hf_model(str(tiny_model), torch.float32, "sdpa")
     policy = parallelize(hf, Dist(0, 1, 0, torch.device("cpu")), activation_checkpointing=False)

@@ -82,7 +82,7 @@ class GRPO(Algorithm):
             lengths = [sampled_tokens(t) for t in group]
             total = sum(lengths)
             if total:
-                baseline = sum(n * r for n, r in zip(lengths, rewards, strict=False)) / total
+                baseline = sum(n * r for n, r in zip(lengths, rewards, strict=True)) / total
         return [r - baseline for r in rewards]
 
 

@@ -22,19 +22,18 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from prl.orchestrator.offpolicy import lag, oldest_usable
 from prl.orchestrator.samples import TraceSamples
 
 
 @dataclass
 class FinishedGroup:
-    source: str
     dispatch_version: int
     traces: list[TraceSamples]
 
 
 @dataclass
 class Batch:
-    step: int
     traces: list[TraceSamples] = field(default_factory=list)
     lags: list[int] = field(default_factory=list)
     pruned: int = 0
@@ -61,14 +60,14 @@ class GroupBuffer:
         if self.constant:
             kept = [t for t in group.traces if t.useful]
             self.filtered_traces += len(group.traces) - len(kept)
-            group = FinishedGroup(group.source, group.dispatch_version, kept)
+            group = FinishedGroup(group.dispatch_version, kept)
         if group.traces:
             self.groups.append(group)
             self.count += len(group.traces)
 
     def min_version(self, step: int) -> int:
         """Oldest dispatch version still usable for batch ``step``."""
-        return step - 1 - self.max_off_policy_steps
+        return oldest_usable(step, self.max_off_policy_steps)
 
     def drop_stale(self, step: int) -> None:
         oldest = self.min_version(step)
@@ -88,20 +87,20 @@ class GroupBuffer:
 
     def take(self, step: int) -> Batch:
         """Pop exactly ``batch_size`` counted traces for ``step`` (call when :meth:`ready`)."""
-        batch = Batch(step)
+        batch = Batch()
         need = self.batch_size
         while need:
             group = self.groups.popleft()
             head, rest = group.traces[:need], group.traces[need:]
             if rest:
-                self.groups.appendleft(FinishedGroup(group.source, group.dispatch_version, rest))
+                self.groups.appendleft(FinishedGroup(group.dispatch_version, rest))
             need -= len(head)
             self.count -= len(head)
-            lag = step - 1 - group.dispatch_version
+            steps_off = lag(step, group.dispatch_version)
             for trace in head:
                 if trace.useful:
                     batch.traces.append(trace)
-                    batch.lags.append(lag)
+                    batch.lags.append(steps_off)
                 else:
                     batch.pruned += 1
         return batch

@@ -53,7 +53,7 @@ def bin_cost(lengths: list[int], seq_len: int) -> float:
 
 def balance(costs: list[float], ranks: int) -> list[list[int]]:
     """Spread bins over ``ranks`` with equal counts, greedily equalising total cost."""
-    per_rank = max(1, math.ceil(len(costs) / ranks)) if costs else 0
+    per_rank = math.ceil(len(costs) / ranks)
     totals = [0.0] * ranks
     out: list[list[int]] = [[] for _ in range(ranks)]
     for b in sorted(range(len(costs)), key=lambda i: -costs[i]):
@@ -106,7 +106,7 @@ def pack(samples: list[TrainingSample], seq_len: int, ranks: int) -> list[list[d
     bins = first_fit_decreasing(lengths, seq_len)
     costs = [bin_cost([lengths[i] for i in b], seq_len) for b in bins]
     assignment = balance(costs, ranks)
-    per_rank = max((len(a) for a in assignment), default=0) or 1
+    per_rank = max(len(a) for a in assignment) or 1  # with no samples, one dummy each
     out = []
     for rank_bins in assignment:
         mbs = [micro_batch([samples[i] for i in bins[b]]) for b in rank_bins]

@@ -100,8 +100,8 @@ class _ChunkedLogprobs(torch.autograd.Function):
     def backward(ctx, g_logp, g_ent):
         hidden, weight, targets, inv_temp, lse, ent = ctx.saved_tensors
         n = targets.shape[0]
-        g_logp = torch.zeros_like(lse) if g_logp is None else g_logp.float()
-        g_ent = torch.zeros_like(lse) if g_ent is None else g_ent.float()
+        # Autograd hands an unused output's gradient over as zeros (materialised), never None.
+        g_logp, g_ent = g_logp.float(), g_ent.float()
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         # Accumulate W's gradient over chunks in fp32; one rounding to its dtype at the end.
         grad_w = (

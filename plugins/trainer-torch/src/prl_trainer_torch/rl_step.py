@@ -182,17 +182,22 @@ def reduce_stats(stats: StepStats, world: int) -> dict[str, float]:
         tdist.all_gather_object(gathered, _plain(stats))
     else:
         gathered = [_plain(stats)]
+    return merge_stats(gathered)
+
+
+def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
+    """The step's metrics from every rank's sums (``_plain`` dicts): sums add, then divide."""
     loss: dict[str, float] = defaultdict(float)
     plugin: dict[str, float] = defaultdict(float)
     per_env: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     pw = tokens = nonfinite = 0.0
-    for s in gathered:
+    for s in ranks:
         for k, v in s["loss"].items():
             loss[k] += v
         for k, v in s["plugin"].items():
             plugin[k] += v
         for k, v in s["per_env"].items():
-            per_env[k] = [a + b for a, b in zip(per_env[k], v, strict=False)]
+            per_env[k] = [a + b for a, b in zip(per_env[k], v, strict=True)]
         pw, tokens, nonfinite = pw + s["plugin_weight"], tokens + s["tokens"], nonfinite + s["nonfinite"]
     out = {f"loss/{k}": v for k, v in loss.items()}
     for k, v in plugin.items():
