@@ -119,6 +119,8 @@ def test_one_config_selects_every_new_plugin(root, site):
     # fails validation, so the dry run succeeding covers [deployment] too).
     snippets = [t.selects.format(tag=names(t.alias).tag) for t in TEMPLATES.values()]
     (root / "rl.toml").write_text('max_steps = 2\n\n[model]\nname = "models/tiny"\n\n' + "\n\n".join(snippets) + "\n")
+    # a dry run checks that the model exists (a directory; it is never loaded here)
+    (root / "models" / "tiny").mkdir(parents=True, exist_ok=True)
     argv = ["rl", "@", root / "rl.toml", "--dry-run", "--output-dir", root / "runs"]
     result = run(sys.executable, "-m", "prl", *argv, cwd=root, PYTHONPATH=str(site))
     assert result.returncode == 0, result.stdout + result.stderr

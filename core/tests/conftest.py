@@ -10,3 +10,21 @@ def fake_plugins(register_plugin):
     """Fake loss/taskset plugins registered for one test under the dist 'prl-fake-dist'."""
     register_plugin(FakePlugin(), "fake-plugin", "prl-fake-dist")
     yield
+
+
+@pytest.fixture
+def hf_cache(tmp_path_factory, monkeypatch):
+    """A Hugging Face hub cache holding the models these tests name (a config.json each):
+    commands check that a configured model exists before anything starts. Returns a
+    function that caches one more model name."""
+    cache = tmp_path_factory.mktemp("hf-hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def add(name: str) -> None:
+        snapshot = cache / f"models--{name.replace('/', '--')}" / "snapshots" / "0"
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (snapshot / "config.json").write_text("{}")
+
+    for name in ("Qwen/Qwen3-0.6B", "org/Tiny-Model"):
+        add(name)
+    return add

@@ -24,7 +24,7 @@ def test_shortcuts_fill_one_source_and_the_run_settings(fake_plugins, tmp_path):
     assert cfg["num_examples"] == 5 and cfg["group_size"] == 3 and cfg["model"]["name"] == "models/tiny"
     assert cfg["concurrency"]["min_inflight"] == cfg["concurrency"]["max_inflight"] == 4
     (source,) = cfg["source"]
-    assert source["name"] == "fake-tasks" and source["env"]["taskset"] == {"id": "fake-tasks", "size": 7}
+    assert source["name"] == "fake-tasks" and source["env"]["taskset"] == {"id": "fake-tasks", "size": 7, "split": None}
     assert source["select"]["shuffle"] is True
 
 

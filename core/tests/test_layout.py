@@ -14,6 +14,9 @@ from prl.cli.main import app
 from prl.config.sections import CkptConfig, ResumeConfig
 from prl.orchestrator import checkpoint as orch_ckpt
 
+# Dry runs check that the configured model exists; these tests' models are in a test cache.
+pytestmark = pytest.mark.usefixtures("hf_cache")
+
 RL = layout.COMPONENTS["rl"]
 SRC = '[{"name": "alpha", "env": {"taskset": {"id": "fake-tasks"}}}]'
 

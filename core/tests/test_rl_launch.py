@@ -47,8 +47,9 @@ def plain_trainer():
 def _config(inference=True, port=8000):
     return NS(
         run=NS(name="demo"), env_vars={"FOO": "1"}, resume=None, ckpt=None,
-        inference=NS(server=NS(host="127.0.0.1", port=port)) if inference else None,
-        trainer=NS(type="plain", num_workers=1),
+        inference=NS(server=NS(host="127.0.0.1", port=port), env_vars={"WHO": "inference"}) if inference else None,
+        orchestrator=NS(env_vars={"WHO": "orchestrator", "FOO": "2"}),
+        trainer=NS(type="plain", num_workers=1, env_vars={"WHO": "trainer", "PRL_RUN_NAME": "hijack"}),
     )  # fmt: skip
 
 
@@ -67,7 +68,8 @@ def test_plan_starts_inference_orchestrator_trainer(tmp_path, plain_trainer):
     assert not orch.service and orch.ready_file is None and orch.health_url is None
     assert not trainer.service and trainer.role == "trainer"
     for p in procs:
-        assert p.env["FOO"] == "1" and p.env["PRL_RUN_NAME"] == "demo"
+        assert p.env["FOO"] == ("2" if p.name == "orchestrator" else "1") and p.env["PRL_RUN_NAME"] == "demo"
+        assert p.env["WHO"] == p.name  # each component's own env_vars, over the run's
         assert p.env["PRL_ATTEMPT_CONFIG_DIR"] == str(cfg_dir) and p.env["PRL_ATTEMPT_LOG_DIR"] == str(log_dir)
 
 

@@ -6,10 +6,14 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from prl import layout
 from prl.cli.main import app
+
+# Dry runs check that the configured model exists; these tests' models are in a test cache.
+pytestmark = pytest.mark.usefixtures("hf_cache")
 
 SRC = '[{"name": "alpha", "env": {"taskset": {"id": "fake-tasks"}}}]'
 

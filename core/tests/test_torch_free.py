@@ -27,10 +27,14 @@ def test_import_prl_is_torch_free():
 
 def test_rl_dry_run_is_torch_free(tmp_path):
     example = ROOT / "examples" / "reverse-text" / "rl.toml"
+    # the model must exist before a dry run; only its directory is looked at, never loaded
+    model = tmp_path / "model"
+    model.mkdir()
     out = _run(f"""
         import sys
         from prl.cli.main import main
-        sys.argv = ["prl", "rl", "@", {str(example)!r}, "--output-dir", {str(tmp_path)!r}, "--dry-run"]
+        sys.argv = ["prl", "rl", "@", {str(example)!r}, "--output-dir", {str(tmp_path / "out")!r}, "--dry-run",
+                    "--model.name", {str(model)!r}]
         try:
             main()
         except SystemExit as exc:

@@ -41,7 +41,7 @@ from typing import Any
 from prl import layout
 from prl.config.roots import EvalConfig
 from prl.contracts.monitor import build_monitors
-from prl.evalstats import rollout_record, summarize
+from prl.evalstats import rollout_record, summarize, trace_records
 from prl.fsutil import write_atomic
 from prl.orchestrator.evals import eval_sampling
 from prl.types import Sampling, Trace
@@ -168,7 +168,7 @@ class _Evaluator:
             self.progress.complete(
                 run.name, task.task_id, [{k: v for k, v in r.items() if k != "messages"} for r in rows]
             )
-            records = [{**dataclasses.asdict(t), "kind": "eval", "group": task.task_id} for t in traces]
+            records = trace_records(traces, task.task_id)
             for monitor in self.monitors:
                 monitor.log_traces(records, 0)
             bar.advance(bar_id)

@@ -3,6 +3,7 @@ the orchestrator's online evals (see :mod:`prl.eval` for the definitions)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -27,6 +28,12 @@ def rollout_record(trace: Trace, group: str, index: int) -> dict[str, Any]:
         "error": trace.error,
         "messages": trace.messages,
     }
+
+
+def trace_records(traces: list[Trace], group: str) -> list[dict[str, Any]]:
+    """Eval rollouts as the records monitors store (``kind = "eval"``, the dashboard's
+    traces view); ``prl eval`` and online evals both log them."""
+    return [{**dataclasses.asdict(t), "kind": "eval", "group": group} for t in traces]
 
 
 def _mean(values: list[float]) -> float:

@@ -61,8 +61,32 @@ def build_processes(
     """The children of one ``prl rl`` attempt, services first; clears scratch directories."""
     run_dir, resolved, logs = Path(run_dir), Path(attempt_config_dir) / "resolved", Path(attempt_log_dir)
     prepare_scratch(run_dir, resume_step(config, run_dir))
-    name = config.run.name or run_dir.name
-    common = {
+    common = child_env(config, run_dir, attempt_config_dir, attempt_log_dir)
+    out: list[ProcessSpec] = []
+    if config.inference is not None:
+        out.append(inference_process(config.inference, resolved, logs, common))
+    orchestrator = _cmd("orchestrator", resolved / "orchestrator.json")
+    out.append(
+        ProcessSpec("orchestrator", orchestrator, logs / "orchestrator.log", component_env(common, config.orchestrator))
+    )
+    trainer_cls = get_registry().get(TRAINERS, config.trainer.type)
+    out.extend(
+        trainer_cls.rl_processes(config.trainer, resolved / "trainer.json", logs, component_env(common, config.trainer))
+    )
+    return out
+
+
+def component_env(common: dict[str, str], component) -> dict[str, str]:
+    """One component's environment: the run's, then its own ``env_vars`` over it; prl's
+    PRL_* run identity stays, since the child finds its run directory through it."""
+    own = {k: str(v) for k, v in getattr(component, "env_vars", {}).items()}
+    return {**common, **own, **{k: v for k, v in common.items() if k.startswith("PRL_")}}
+
+
+def child_env(config, run_dir: Path, attempt_config_dir: Path, attempt_log_dir: Path) -> dict[str, str]:
+    """Environment additions every child of a run gets (``prl rl`` and ``prl sft``)."""
+    name = config.run.name or Path(run_dir).name
+    return {
         **{k: str(v) for k, v in config.env_vars.items()},
         "PRL_RUN_NAME": name,
         "PRL_RUN_ID": name,
@@ -70,22 +94,15 @@ def build_processes(
         "PRL_ATTEMPT_LOG_DIR": str(attempt_log_dir),
         "PYTHONUNBUFFERED": "1",
     }
-    out: list[ProcessSpec] = []
-    if config.inference is not None:
-        out.append(_inference_process(config.inference, resolved, logs, common))
-    orchestrator = _cmd("orchestrator", resolved / "orchestrator.json")
-    out.append(ProcessSpec("orchestrator", orchestrator, logs / "orchestrator.log", dict(common)))
-    trainer_cls = get_registry().get(TRAINERS, config.trainer.type)
-    out.extend(trainer_cls.rl_processes(config.trainer, resolved / "trainer.json", logs, dict(common)))
-    return out
 
 
-def _inference_process(inference: InferenceConfig, resolved: Path, logs: Path, common: dict[str, str]) -> ProcessSpec:
+def inference_process(inference: InferenceConfig, resolved: Path, logs: Path, common: dict[str, str]) -> ProcessSpec:
+    """The managed inference server, a service that announces its URL in its ready file."""
     # The server writes its bound URL to the ready file (it learns where from
     # $PRL_READY_FILE); with a fixed port the launcher can poll /health as well.
     ready = resolved / "inference.address"
     server = inference.server
     health = f"http://{server.host}:{server.port}" if server.port else None
-    env = {**common, "PRL_READY_FILE": str(ready)}
+    env = {**component_env(common, inference), "PRL_READY_FILE": str(ready)}
     argv = _cmd("inference", resolved / "inference.json")
     return ProcessSpec("inference", argv, logs / "inference.log", env, ready, service=True, health_url=health)

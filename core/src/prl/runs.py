@@ -121,6 +121,13 @@ def _entry_ckpt(entry: str, resolved: dict[str, BaseModel | dict]) -> Any:
     return getattr(model, "ckpt", None)
 
 
+def current_attempt() -> int | None:
+    """The attempt number N of this launch (``$PRL_ATTEMPT_CONFIG_DIR`` ends in
+    ``attempt_N``), for processes a launcher started; None otherwise."""
+    m = re.fullmatch(r"attempt_(\d+)", Path(os.environ.get("PRL_ATTEMPT_CONFIG_DIR", "")).name)
+    return int(m.group(1)) if m else None
+
+
 def _symlink_latest(base: Path, attempt: int) -> None:
     tmp = base / f".latest.{os.getpid()}"
     if tmp.is_symlink() or tmp.exists():

@@ -3,11 +3,13 @@ without a key, bind the socket first (port 0 picks a free one), then announce th
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from prl.config.errors import HostError
 from prl.fsutil import write_atomic
 
 if TYPE_CHECKING:
@@ -41,7 +43,13 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         sock.bind((host, port))
     except OSError as exc:
-        raise SystemExit(f"cannot bind server.host:port {host}:{port}: {exc}") from None
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise HostError(
+                f"server.port {port} on {host} is already in use by another process; "
+                "stop it or choose another port (server.port = 0 picks a free one)"
+            ) from None
+        raise HostError(f"cannot bind server.host:port {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

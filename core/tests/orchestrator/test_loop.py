@@ -99,8 +99,8 @@ def test_stale_groups_are_dropped_and_counted(make_config, tmp_path, kit):
     from prl.orchestrator.samples import TraceSamples
 
     orch.step = 3  # batch 3 trains at version 2: a group dispatched at version 1 is too old
-    orch.buffer.add(FinishedGroup("count", 1, [TraceSamples(None, samples=[object()])] * 4))
-    orch.buffer.add(FinishedGroup("count", 2, [TraceSamples(None, samples=[object()])] * 4))
+    orch.buffer.add(FinishedGroup(1, [TraceSamples(None, samples=[object()])] * 4))
+    orch.buffer.add(FinishedGroup(2, [TraceSamples(None, samples=[object()])] * 4))
     assert not orch.buffer.ready(3)
     counters = orch.buffer.pop_counters()
     assert counters["off_policy/dropped_groups"] == 1 and counters["off_policy/dropped_traces"] == 4

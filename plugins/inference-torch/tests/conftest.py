@@ -59,3 +59,9 @@ def inference_server(tiny_model, tmp_path_factory) -> InferenceServer:
     proc, url = start_server({"model": {"name": tiny_model}, "server": {"port": 0}, "backend": backend}, workdir)
     yield InferenceServer(base_url=url, model_dir=tiny_model)
     stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def server_process():
+    """``(start_server, stop_server)`` for tests that need a server with a config of their own."""
+    return start_server, stop_server

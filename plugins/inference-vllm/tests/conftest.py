@@ -20,12 +20,16 @@ from prl.testing.inference_contract import InferenceServer
 
 API_KEY = "vllm-test-key"
 START_TIMEOUT_S = float(os.environ.get("PRL_VLLM_START_TIMEOUT", "600"))
+# Above what any other test asks for (n 3, max_tokens 400, prompts of a few tokens; max_tokens
+# 511 is the most room any prompt has in the 512 context), so only
+# test_limits.py meets them.
+LIMITS = {"max_n": 64, "max_prompt_tokens": 500, "max_tokens": 511, "max_body_bytes": 4 * 1024 * 1024}
 
 
 def server_config(model_dir: Path, ready_file: Path, **backend) -> dict:
     return {
         "model": {"name": str(model_dir)},
-        "server": {"host": "127.0.0.1", "port": 0, "api_key": API_KEY},
+        "server": {"host": "127.0.0.1", "port": 0, "api_key": API_KEY, "limits": LIMITS},
         "max_model_len": 512,
         "backend": {
             "type": "vllm",

@@ -72,8 +72,14 @@ def test_vllm_parses_the_arguments_and_rejects_unknown_ones() -> None:
     pytest.importorskip("vllm")
     args = parse_vllm_args(inference(max_num_seqs=7, extra_args={"block_size": 32}))
     assert args.max_num_seqs == 7 and args.block_size == 32 and args.logprobs_mode == "processed_logprobs"
+    # an unknown name fails when the config is resolved, naming it ...
+    with pytest.raises(ValidationError, match="extra_args.no_such_vllm_flag is not a vLLM engine or server argument"):
+        inference(extra_args={"no_such_vllm_flag": 1})
+    # ... and vLLM's own parser still refuses one that got past validation
+    cfg = inference()
+    cfg.backend = cfg.backend.model_copy(update={"extra_args": {"no_such_vllm_flag": 1}})
     with pytest.raises(VllmArgsError, match="no-such-vllm-flag"):
-        parse_vllm_args(inference(extra_args={"no_such_vllm_flag": 1}))
+        parse_vllm_args(cfg)
 
 
 def test_non_loopback_bind_without_api_key_refuses_to_start(monkeypatch) -> None:

@@ -35,6 +35,18 @@ def test_tasks_follow_select_skip_shuffle_limit():
     assert len(EnvSource(source(), "eval", None).tasks()) == 5
 
 
+def test_taskset_split_overrides_the_role():
+    # the reference's `split = "test"` on an eval source's taskset: the held-out split
+    eval_ids = [t.task_id for t in EnvSource(source(), "eval", None).tasks()]
+    test_src = source(env={"taskset": {"id": "reverse-text", "num_train": 20, "num_eval": 5, "split": "test"}})
+    assert [t.task_id for t in EnvSource(test_src, "eval", None).tasks()] == eval_ids
+    # a train source pointed at the eval split reads it, not the train data
+    train_on_eval = source(env={"taskset": {"id": "reverse-text", "num_train": 20, "num_eval": 5, "split": "eval"}})
+    assert [t.task_id for t in EnvSource(train_on_eval, "train", None).tasks()] == eval_ids
+    with pytest.raises(ValueError, match="split 'dev' is not one of this taskset's splits"):
+        source(env={"taskset": {"id": "reverse-text", "split": "dev"}})
+
+
 def test_rollout_is_stamped_with_source_and_version():
     env = EnvSource(source(), "train", None)
     run(env.start())

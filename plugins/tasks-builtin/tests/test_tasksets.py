@@ -23,8 +23,10 @@ def test_reverse_text_data_is_deterministic_and_splits_disjoint():
     evals = [t.data["text"] for t in ts.tasks("eval")]
     assert len(train) == 300 and len(evals) == 50
     assert not set(train) & set(evals)
+    # "test" is the reference's name for the held-out split
+    assert [t.data["text"] for t in ts.tasks("test")] == evals
     with pytest.raises(ValueError, match="splits"):
-        list(ts.tasks("test"))
+        list(ts.tasks("validation"))
 
 
 def test_reverse_text_perfect_policy_gets_full_reward_with_exact_tokens():

@@ -1,4 +1,5 @@
-"""The config-driven commands: rl, sft, eval, inference, orchestrator, trainer, env-server.
+"""The config-driven commands: rl, sft, eval, inference, orchestrator, trainer, env-server,
+sft-trainer and online-eval (the children of `prl sft` with online eval).
 
 Each resolves its root config from ``@ files`` and flags, then hands over to the installed
 machinery; a missing piece is named plainly and the command exits non-zero.
@@ -13,8 +14,9 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from prl.cli.errors import MissingMachinery
-from prl.config.errors import ConfigError
+from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
+from prl.config.model_paths import check_models, models_of
 from prl.config.resolve import Resolved, resolve
 from prl.plugins import TRAINERS, Kind, PluginError, get_registry
 from prl.runs import RunPaths, generate_name, prepare_run, run_dir_of
@@ -46,17 +48,26 @@ def _plugin(kind: Kind[T], tag: str) -> type[T]:
 
 def _prepare(entry: str, cfg, res: Resolved, resolved: dict, rl: bool = False) -> RunPaths:
     run_dir = run_dir_of(cfg.output_dir, cfg.run.name, cfg.run.dir)
-    paths = prepare_run(
-        entry,
-        res.parsed_argv,
-        res.parsed.root_files,
-        run_dir,
-        cfg.output_dir,
-        resolved,
-        clean=cfg.clean,
-        resume=cfg.resume,
-        rl=rl,
-    )
+    try:
+        paths = prepare_run(
+            entry,
+            res.parsed_argv,
+            res.parsed.root_files,
+            run_dir,
+            cfg.output_dir,
+            resolved,
+            clean=cfg.clean,
+            resume=cfg.resume,
+            rl=rl,
+        )
+    except OSError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        # Said before any process starts, in one line, instead of a traceback from mkdir.
+        raise HostError(
+            f"cannot write the run directory {run_dir}: {exc.strerror or exc}; "
+            "set output_dir (or $PRL_OUTPUT_DIR) to a writable directory"
+        ) from None
     os.environ["PRL_RUN_NAME"] = cfg.run.name
     os.environ["PRL_RUN_ID"] = cfg.run.name
     os.environ["PRL_ATTEMPT_CONFIG_DIR"] = str(paths.config_dir)
@@ -84,6 +95,7 @@ def cmd_rl(argv: list[str]) -> int:
         return 0
     res.parsed_argv = argv
     cfg = res.config
+    check_models(models_of(cfg, res.merged))
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
@@ -118,13 +130,50 @@ def cmd_sft(argv: list[str]) -> int:
         return 0
     res.parsed_argv = argv
     cfg = res.config
+    check_models(models_of(cfg, res.merged))
     if cfg.run.name is None:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
     trainer_cls = None if cfg.dry_run else _plugin(TRAINERS, cfg.trainer_type)
-    paths = _prepare("sft", cfg, res, {"sft": cfg})
+    _share_identity(cfg, cfg.inference)
+    resolved: dict = {"sft": cfg}
+    if cfg.inference is not None:
+        resolved["inference"] = cfg.inference
+    for source in cfg.eval.source if cfg.eval is not None else []:
+        resolved[f"envs/eval/{source.name}"] = source
+    paths = _prepare("sft", cfg, res, resolved)
     if cfg.dry_run:
         return _dry_run_done(paths)
+    if cfg.eval is not None:
+        # Online eval needs inference and an evaluator next to the trainer: the launcher
+        # runs all three as children (prl.sft_launch).
+        from prl.sft_launch import build_processes
+
+        processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
+        return cfg.deployment.build(run_dir=paths.run_dir).launch(processes)
     return int(trainer_cls.run_sft(cfg) or 0)
+
+
+def cmd_sft_trainer(argv: list[str]) -> int:
+    from prl.config.roots import SFTConfig
+
+    res = _resolve_or_help(SFTConfig, argv, "prl sft-trainer")
+    if res is None:
+        return 0
+    cfg = res.config
+    return int(_plugin(TRAINERS, cfg.trainer_type).run_sft(cfg) or 0)
+
+
+def cmd_online_eval(argv: list[str]) -> int:
+    from prl.config.roots import SFTConfig
+
+    res = _resolve_or_help(SFTConfig, argv, "prl online-eval")
+    if res is None:
+        return 0
+    cfg = res.config
+    from prl.online_eval import run_online_eval
+
+    name = cfg.run.name or "sft"
+    return int(run_online_eval(cfg, run_dir_of(cfg.output_dir, name, cfg.run.dir)) or 0)
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -160,6 +209,7 @@ def cmd_inference(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
+    check_models(models_of(cfg, res.merged))
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
     cfg.backend.build(inference=cfg).serve()
@@ -188,6 +238,7 @@ def cmd_trainer(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
+    check_models(models_of(cfg, res.merged))
     return int(_plugin(TRAINERS, cfg.type).run_rl(cfg) or 0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 
@@ -11,7 +12,10 @@ from prl import __version__
 from prl.cli import commands
 from prl.cli.errors import USAGE_EXIT, MissingMachinery, print_error
 from prl.cli.new import new_app
-from prl.config.errors import ConfigError
+from prl.config.errors import ConfigError, host_error
+
+# OSErrors that the machine, not prl, causes: said in one line instead of a traceback.
+HOST_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EADDRINUSE, errno.EFBIG}
 
 app = typer.Typer(
     name="prl",
@@ -39,6 +43,12 @@ def _run(fn: Callable[[list[str]], int], argv: list[str]) -> None:
     except MissingMachinery as exc:
         print_error(str(exc), "Not available")
         raise typer.Exit(1) from None
+    except OSError as exc:
+        if exc.errno not in HOST_ERRNOS:
+            raise
+        err = host_error(exc, f"prl {getattr(fn, '__name__', '').removeprefix('cmd_').replace('_', '-')}")
+        print_error(err.message, err.title)
+        raise typer.Exit(USAGE_EXIT) from None
     raise typer.Exit(code)
 
 
@@ -57,6 +67,8 @@ _config_command("inference", commands.cmd_inference, "Start an inference server 
 _config_command("orchestrator", commands.cmd_orchestrator, "Run the orchestrator alone (OrchestratorConfig).")
 _config_command("trainer", commands.cmd_trainer, "Run the RL trainer alone (TrainerConfig).")
 _config_command("env-server", commands.cmd_env_server, "Serve one source's environment (SourceConfig).")
+_config_command("sft-trainer", commands.cmd_sft_trainer, "Run the SFT trainer alone, no run set-up (SFTConfig).")
+_config_command("online-eval", commands.cmd_online_eval, "Evaluate an SFT run's broadcast weights (SFTConfig).")
 
 
 app.add_typer(new_app)

@@ -40,6 +40,10 @@ def _resolve(root: type[BaseModel], path: list[str]) -> Shape | None:
     models = [root]
     shape: Shape | None = None
     for _i, part in enumerate(path):
+        if shape is not None and (shape.passthrough or shape.kind == "json"):
+            # any key (at any depth) below a pass-through section: another program's argument
+            shape = Shape("json")
+            continue
         if part.isdigit() and shape is not None and shape.kind == "list":
             models = shape.models
             shape = Shape("model", False, models)
@@ -81,6 +85,19 @@ def _json(raw: str, flag: str, want: type) -> Any:
 
 def _none(value: str) -> Any:
     return None if value == "None" else value
+
+
+def _json_leaf(values: list[str]) -> Any:
+    """A pass-through argument prl does not type: a bare flag is true, "None" is null, JSON
+    text becomes its value (256 a number, {...} a dict), anything else stays a string."""
+    if not values:
+        return True
+    if values[0] == "None":
+        return None
+    try:
+        return json.loads(values[0])
+    except ValueError:
+        return values[0]
 
 
 def parse_argv(argv: list[str], root: type[BaseModel], short: dict[str, str] | None = None) -> ParsedArgs:
@@ -133,14 +150,14 @@ def _parse_flag(argv: list[str], i: int, root: type[BaseModel], short: dict[str,
             path[:-1] + [path[-1][3:]] if path[-1].startswith("no_") else None,
         ):
             alt_shape = _resolve(root, alt) if alt else None
-            if alt_shape is not None and (alt_shape.kind == "bool" or alt_shape.optional):
+            if alt_shape is not None and (alt_shape.kind in ("bool", "json") or alt_shape.optional):
                 path, shape, negate = alt, alt_shape, True
                 break
     flag = "--" + ".".join(p.replace("_", "-") for p in path)
     if negate:
         if inline is not None:
             raise ConfigError(f"`--no-{flag[2:]}` takes no value")
-        _insert(out.overrides, path, False if shape.kind == "bool" else None, flag)
+        _insert(out.overrides, path, False if shape.kind in ("bool", "json") else None, flag)
         return i + 1
     values, nxt = _take_values(argv, i + 1, inline, shape)
     if (
@@ -177,6 +194,8 @@ def _convert(values: list[str], shape: Shape | None, flag: str) -> Any:
         if not values:
             return True  # unknown key: validation rejects it with a "did you mean"
         return _none(values[0]) if len(values) == 1 else values
+    if shape.kind == "json":
+        return _json_leaf(values)
     if shape.kind == "bool":
         if not values:
             return True

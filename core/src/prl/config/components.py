@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,6 +13,7 @@ from prl.config.sections import (
     CkptConfig,
     ClientConfig,
     ConcurrencyConfig,
+    EnvVars,
     LogConfig,
     ModelConfig,
     OptimConfig,
@@ -72,6 +73,9 @@ class ServeConfig(PrlModel):
 
     address: str | None = None
     """host:port of an env server managed elsewhere; None spawns one."""
+    isolate: bool = False
+    """Run an in-process taskset in its own spawned env server too, so task code that
+    crashes or leaks cannot take the orchestrator down."""
     startup_timeout: Annotated[float, Field(gt=0)] = 300.0
     """Seconds to wait for a spawned env server to publish its address."""
 
@@ -189,6 +193,11 @@ class OrchestratorConfig(PrlModel):
     """Replace dropped samples so every step trains exactly batch_size samples."""
     max_off_policy_steps: Annotated[int, Field(ge=0)] = 8
     """Largest allowed gap between training step and dispatch version."""
+    deterministic: bool = False
+    """Reproducible runs: batch S is sampled only on the weights of step S-1 (as with
+    max_off_policy_steps = 0) and each episode's sampling seed comes from (seed, step, group,
+    episode), so a resumed run repeats an uninterrupted one. Inference idles while the
+    trainer steps."""
     num_train_workers: Annotated[int, Field(ge=1)] = 1
     """Data-parallel trainer ranks to pack for."""
     train: TrainGroupConfig = Field(default_factory=TrainGroupConfig)
@@ -217,6 +226,8 @@ class OrchestratorConfig(PrlModel):
     """Root of run directories."""
     run: RunConfig = Field(default_factory=RunConfig)
     """Run identity."""
+    env_vars: EnvVars = {}
+    """Environment variables set in this component's process (over the top-level env_vars)."""
 
     @model_validator(mode="after")
     def _batch(self) -> OrchestratorConfig:
@@ -286,6 +297,31 @@ class TrainerConfig(PrlModel):
     """Run identity."""
     seed: int = 0
     """Seed."""
+    env_vars: EnvVars = {}
+    """Environment variables set in this component's process (over the top-level env_vars)."""
+
+
+class ServerLimitsConfig(PrlModel):
+    """What one request, and all requests together, may ask of the inference server.
+
+    A request over a per-request limit is answered 400 (413 for the body) naming the setting.
+    """
+
+    max_n: Annotated[int, Field(ge=1)] = 256
+    """Most completions one request may ask for: n times its number of prompts."""
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Most tokens in one prompt; None allows up to the context (max_model_len - 1)."""
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Most tokens one completion may ask to generate; None allows up to the context."""
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
+    """Largest request body in bytes (413 above it)."""
+    max_tokens_in_flight: Annotated[int, Field(ge=1)] = 1024 * 1024
+    """Token budget of admitted requests, each counted as n x (prompt + max_tokens). A
+    request that would exceed it waits in a FIFO queue; one larger than the whole budget
+    runs when nothing else is in flight."""
+    max_queued_requests: Annotated[int, Field(ge=0)] = 4096
+    """Most requests waiting for the token budget; beyond it the server answers 503 with
+    Retry-After."""
 
 
 class ServerConfig(PrlModel):
@@ -299,6 +335,8 @@ class ServerConfig(PrlModel):
     """Bearer token for admin routes ($PRL_API_KEY when unset)."""
     ready_file: Path | None = None
     """Write the bound URL here once serving ($PRL_READY_FILE when unset)."""
+    limits: ServerLimitsConfig = Field(default_factory=ServerLimitsConfig)
+    """Per-request and in-flight limits that keep one client from exhausting the server."""
 
 
 class InferenceConfig(PrlModel):
@@ -311,7 +349,9 @@ class InferenceConfig(PrlModel):
     server: ServerConfig = Field(default_factory=ServerConfig)
     """HTTP server."""
     backend: _INFERENCE_BACKENDS = Field(default_factory=lambda: _default_plugin("inference_backends"))
-    """Inference backend, selected by ``type`` (torch, vllm)."""
+    """Inference backend, selected by ``type`` (torch, vllm). A backend may also read its
+    engine's own argument names from ``[inference.<type>]`` (``[inference.vllm]``), which
+    selects it."""
     max_model_len: Annotated[int, Field(ge=8)] | None = None
     """Context length; None uses the model's."""
     seed: int = 0
@@ -322,3 +362,48 @@ class InferenceConfig(PrlModel):
     """Root of run directories."""
     run: RunConfig = Field(default_factory=RunConfig)
     """Run identity."""
+    env_vars: EnvVars = {}
+    """Environment variables set in this component's process (over the top-level env_vars)."""
+
+    @classmethod
+    def passthrough_sections(cls) -> list[str]:
+        """``[inference.<type>]`` tables the installed backends read (see ``backend``)."""
+        return list(_backend_sections())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_section(cls, data: Any) -> Any:
+        return expand_backend_section(data) if isinstance(data, dict) else data
+
+
+def _backend_sections() -> dict[str, Any]:
+    from prl.plugins import get_registry
+
+    classes = get_registry().classes("inference_backends")
+    return {tag: c.Config for tag, c in classes.items() if getattr(c.Config, "has_section", False)}
+
+
+def expand_backend_section(data: dict[str, Any]) -> dict[str, Any]:
+    """Fold the reference spelling ``[inference.<type>]`` of a raw ``[inference]`` table
+    into ``backend`` (selecting that type) via the backend's ``absorb_section``."""
+    sections = _backend_sections()
+    found = [key for key in data if key in sections and key not in InferenceConfig.model_fields]
+    if not found:
+        return data
+    if len(found) > 1:
+        raise ValueError(f"inference.{found[0]} and inference.{found[1]} select different backends; keep one")
+    tag = found[0]
+    data = dict(data)
+    section = data.pop(tag)
+    if section is None:
+        return data
+    if not isinstance(section, dict):
+        raise ValueError(f"inference.{tag} must be a table of {tag} arguments, got {section!r}")
+    backend = data.get("backend")
+    backend = dict(backend) if isinstance(backend, dict) else {}
+    if backend.get("type", tag) != tag:
+        raise ValueError(
+            f"inference.{tag} selects the {tag} backend, but inference.backend.type is {backend['type']!r}"
+        )
+    data["backend"] = {**backend, "type": tag}
+    return sections[tag].absorb_section(section, data)

@@ -18,3 +18,19 @@ class DataError(ConfigError, ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "Data error")
+
+
+class HostError(ConfigError, OSError):
+    """The machine stops the run, not the config: an unwritable directory, a full disk, a
+    port already taken. Printed in one line like a config error, exit 2; also an OSError so
+    code without the CLI handles it as one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "Environment error")
+
+
+def host_error(exc: OSError, doing: str) -> HostError:
+    """``exc`` as one line that says what prl was doing: ``<doing>: <reason> (<path>)``."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = f" ({exc.filename})" if exc.filename else ""
+    return HostError(f"{doing}: {reason}{where}")

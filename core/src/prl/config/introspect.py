@@ -20,11 +20,14 @@ from prl.config.unions import _PluginUnion
 
 @dataclass
 class Shape:
-    kind: Literal["bool", "list", "dict", "model", "scalar"]
+    kind: Literal["bool", "list", "dict", "model", "scalar", "json"]
     optional: bool = False
     models: list[type[BaseModel]] = field(default_factory=list)
     plugin_kind: str | None = None
     list_of_models: bool = False
+    passthrough: bool = False
+    """A dict of another program's arguments (``[inference.vllm]``): any key below it is a
+    leaf whose CLI value is JSON-coerced (kind ``json``), since prl does not type it."""
 
 
 def _strip(tp: Any, meta: list) -> tuple[Any, bool, list]:
@@ -82,6 +85,11 @@ def fields_of(models: list[type[BaseModel]]) -> dict[str, Shape]:
     for model in models:
         for name, info in model.model_fields.items():
             out.setdefault(name, shape_of(info.annotation, info.metadata))
+        # Pass-through sections a model accepts besides its fields (InferenceConfig's
+        # [inference.<backend type>]); its before-validator folds them into real fields.
+        sections = getattr(model, "passthrough_sections", None)
+        for name in sections() if callable(sections) else ():
+            out.setdefault(name, Shape("dict", optional=True, passthrough=True))
     return out
 
 

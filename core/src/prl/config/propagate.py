@@ -101,10 +101,13 @@ def _propagate_sections(data: dict, conflicts: list[str]) -> None:
     sections: list[tuple[str, tuple[str, ...] | None]] = []
     if "ckpt" in data:
         sections.append(("ckpt", _CKPT_FIELDS))
-    for key in data.get("monitors") or {}:
+    monitors = data.get("monitors")
+    for key in monitors if isinstance(monitors, dict) else {}:
         sections.append((f"monitors.{key}", None))
     for shared, fields in sections:
         value = _get(data, shared)
+        if value is not None and not isinstance(value, dict):
+            continue  # not a table: validating the shared field itself reports it
         for comp in ("trainer", "orchestrator"):
             target = f"{comp}.{shared}"
             if value is None:

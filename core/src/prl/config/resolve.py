@@ -115,7 +115,9 @@ def _clean_loc(root: type[BaseModel], loc: tuple, data: Any) -> tuple[list[Any],
         elif isinstance(node, dict) or isinstance(seg, str) and not isinstance(node, list):
             # a tag of a discriminated union or a field the input lacks (missing/extra)
             if models and seg in fields_of(models):
-                parent_models = models
+                # a field the input lacks: descend into its model(s) so that deeper
+                # segments (a union tag, then the failing field) resolve against it
+                parent_models, models = models, fields_of(models)[seg].models
                 path.append(seg)
                 node = None
             continue

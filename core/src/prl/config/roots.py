@@ -16,6 +16,7 @@ from prl.config.components import (
     SourceConfig,
     TrainerConfig,
     _monitors,
+    expand_backend_section,
 )
 from prl.config.monitors import MonitorsSection
 from prl.config.propagate import propagate_shared
@@ -23,6 +24,7 @@ from prl.config.sections import (
     CkptConfig,
     ClientConfig,
     ConcurrencyConfig,
+    EnvVars,
     LogConfig,
     ModelConfig,
     OptimConfig,
@@ -38,6 +40,7 @@ from prl.config.sections import (
     _default_tag,
     default_output_dir,
 )
+from prl.config.sft_eval import SFTEvalConfig, check_sft_eval, fill_inference_model
 from prl.config.unions import PluginConfig
 
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
@@ -70,7 +73,7 @@ class CommonRunFields(PrlModel):
     """Delete the run directory first (only inside output_dir; ignored when NEVER_CLEAN is set)."""
     log: LogConfig = Field(default_factory=LogConfig)
     """Logging."""
-    env_vars: dict[str, str] = {}
+    env_vars: EnvVars = {}
     """Environment variables exported to every child process."""
     dashboard: bool = True
     """Register the run with the local dashboard."""
@@ -113,7 +116,13 @@ class RLConfig(CommonRunFields):
     @model_validator(mode="before")
     @classmethod
     def _propagate(cls, data: Any) -> Any:
-        return propagate_shared(data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        if isinstance(data.get("inference"), dict):
+            # [inference.vllm] model = ... is an explicit inference.model.name, so it is
+            # folded in before the shared model.name fills only what is left unset.
+            data = {**data, "inference": expand_backend_section(data["inference"])}
+        return propagate_shared(data)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RLConfig:
@@ -234,6 +243,22 @@ class SFTConfig(CommonRunFields):
     """Data-parallel processes; above 1 prl sft starts torchrun itself."""
     seed: int = 0
     """Seed."""
+    eval: SFTEvalConfig | None = None
+    """Online evaluation of the trained weights (optional)."""
+    inference: InferenceConfig | None = None
+    """Managed inference server for online eval (optional; needs [eval])."""
+    weight_broadcast: WeightBroadcastField
+    """Weight transport from the trainer to inference (used with [eval])."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inference_model(cls, data: Any) -> Any:
+        return fill_inference_model(data)
+
+    @model_validator(mode="after")
+    def _eval_checks(self) -> SFTConfig:
+        check_sft_eval(self)
+        return self
 
 
 class EvalConfig(CommonRunFields):

@@ -6,10 +6,21 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from prl.config.base import PrlModel
 from prl.config.unions import PluginConfig
+
+
+def _env_values(value: object) -> object:
+    # TOML and JSON give numbers unquoted (OMP_NUM_THREADS = 1); the environment holds text.
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+EnvVars = Annotated[dict[str, str], BeforeValidator(_env_values)]
+"""Environment variables for a process: names to values (numbers are written as text)."""
 
 
 def default_output_dir() -> Path:

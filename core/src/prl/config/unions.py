@@ -56,7 +56,8 @@ class _PluginUnion:
             tag = value.get(key, default) if isinstance(value, dict) else getattr(value, key, None)
             if tag is None and len(tags) == 1:
                 return tags[0]
-            return tag if tag in classes else _MISSING_TAG
+            # a tag that is not a string (a table, a list) is no installed plugin's either
+            return tag if isinstance(tag, str) and tag in classes else _MISSING_TAG
 
         # Union[...] of a runtime tuple: the `X | Y` spelling cannot be built from a list.
         union = Annotated[Union[tuple(choices)], Discriminator(pick)]  # noqa: UP007

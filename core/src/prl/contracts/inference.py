@@ -17,6 +17,18 @@ from prl.types import Generation, Sampling
 class InferenceBackendConfig(PluginConfigBase):
     """Base of ``[inference.backend]`` variants."""
 
+    has_section: ClassVar[bool] = False
+    """True when the backend also reads ``[inference.<type>]``: its engine's own argument
+    names, as the reference spells them (``[inference.vllm] max_num_seqs = 256``)."""
+
+    @classmethod
+    def absorb_section(cls, section: dict[str, Any], inference: dict[str, Any]) -> dict[str, Any]:
+        """Fold ``[inference.<type>]`` into the raw ``[inference]`` table (whose ``backend``
+        already selects this type) and return it: engine arguments become typed fields or
+        pass-through ones. Runs before validation; raise ValueError naming a key it rejects.
+        Only called when ``has_section`` is true."""
+        raise NotImplementedError(f"{cls.__qualname__} reads no [inference.<type>] section")
+
     def build(self, *, inference: PrlModel) -> InferenceBackend:
         """The backend this config selects. It serves the whole resolved ``inference``
         config (a :class:`prl.config.components.InferenceConfig`: model, tokenizer, server

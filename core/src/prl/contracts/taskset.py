@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from prl.config.base import PluginConfigBase
+from pydantic import model_validator
+
+from prl.config.base import _OWNERS, PluginConfigBase
 from prl.contracts.base import Plugin
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
@@ -16,6 +18,18 @@ from prl.types import Sampling, Trace
 
 class TasksetConfig(PluginConfigBase):
     """Base of ``env.taskset`` variants, keyed by ``id``."""
+
+    split: str | None = None
+    """Data split this source reads (e.g. "test"); None: "train" for a train source and
+    "eval" for an eval source."""
+
+    @model_validator(mode="after")
+    def _known_split(self) -> TasksetConfig:
+        owner = _OWNERS.get(type(self))
+        splits = getattr(owner, "splits", None)
+        if self.split is not None and splits and self.split not in splits:
+            raise ValueError(f"split '{self.split}' is not one of this taskset's splits: {', '.join(splits)}")
+        return self
 
     def build(self) -> Taskset:
         """The taskset this config selects."""
@@ -38,6 +52,9 @@ class Taskset(Plugin, ABC):
     Config: ClassVar[type[TasksetConfig]] = TasksetConfig
     # Offline tasksets run inside the orchestrator; remote ones behind `prl env-server`.
     in_process: ClassVar[bool] = True
+    # The split names ``tasks`` accepts, checked when a config sets ``split``; None: any
+    # name (a dataset-backed taskset learns its splits only when it loads the data).
+    splits: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: TasksetConfig) -> None:
         self.config = config

@@ -13,6 +13,11 @@ line::
 
 The server builds (and caches) an inference client and a renderer from the descriptors in
 the request, so the orchestrator stays the single owner of endpoint and template choices.
+
+A malformed line (not JSON, not an object, an unknown method, a field of the wrong type, a
+line over ``REQUEST_LINE_LIMIT`` bytes or none within ``REQUEST_READ_TIMEOUT_S``) gets
+``{"ok": false, "error": "BadRequest: <what is wrong>"}``; the connection then closes and the
+server keeps serving others (:mod:`prl.envs.requests`).
 """
 
 from __future__ import annotations
@@ -28,19 +33,17 @@ from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset
 from prl.envs.guard import guarded
-from prl.envs.wire import (
-    sampling_from_dict,
-    sampling_to_dict,
-    task_from_dict,
-    task_to_dict,
-    trace_from_dict,
-    trace_to_dict,
-)
+from prl.envs.requests import BadRequest, parse_line, parse_rollout
+from prl.envs.wire import sampling_to_dict, task_to_dict, trace_from_dict, trace_to_dict
 from prl.types import Sampling, Trace
 
 log = logging.getLogger(__name__)
 
 LINE_LIMIT = 256 * 1024 * 1024  # one trace of a long multi-turn episode fits comfortably
+# Requests carry a task and two descriptors, never a trace: a much smaller bound keeps one
+# client from making the server buffer hundreds of MB.
+REQUEST_LINE_LIMIT = 16 * 1024 * 1024
+REQUEST_READ_TIMEOUT_S = 60.0
 
 
 def client_descriptor(client: InferenceClient) -> dict[str, Any]:
@@ -74,7 +77,7 @@ class ProtocolServer:
         self._renderers: dict[str, Renderer] = {}
 
     async def serve(self, host: str, on_bound: Callable[[str], None]) -> None:
-        server = await asyncio.start_server(self._handle, host, 0, limit=LINE_LIMIT)
+        server = await asyncio.start_server(self._handle, host, 0, limit=REQUEST_LINE_LIMIT)
         port = server.sockets[0].getsockname()[1]
         on_bound(f"{host}:{port}")
         async with server:
@@ -82,29 +85,31 @@ class ProtocolServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await reader.readline()
+            line = await _read_line(reader)
             if not line:
                 return
-            reply = await self._dispatch(json.loads(line))
+            reply = await self._dispatch(parse_line(line))
         except Exception as exc:  # noqa: BLE001 - a malformed request gets an error reply
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        writer.write(json.dumps(reply).encode() + b"\n")
         try:
+            data = json.dumps(reply).encode()
+        except (TypeError, ValueError) as exc:  # a taskset put something non-JSON in its trace
+            data = json.dumps({"ok": False, "error": f"TypeError: trace is not JSON-serialisable: {exc}"}).encode()
+        try:
+            writer.write(data + b"\n")
             await writer.drain()
+        except ConnectionError:
+            log.debug("env-server client left before its reply")
         finally:
             writer.close()
 
     async def _dispatch(self, req: dict[str, Any]) -> dict[str, Any]:
-        method = req.get("method")
-        if method == "health":
+        if req["method"] == "health":
             return {"ok": True, "taskset": getattr(self.taskset, "id", "?")}
-        if method != "rollout":
-            return {"ok": False, "error": f"unknown method {method!r}"}
-        task = task_from_dict(req["task"])
-        version = int(req.get("policy_version", 0))
-        client = self._client(req["client"])
-        renderer = self._renderer(req["renderer"])
-        work = self.taskset.rollout(task, client, renderer, sampling_from_dict(req.get("sampling") or {}))
+        task, sampling, version, client_spec, renderer_spec = parse_rollout(req)
+        client = self._client(client_spec)
+        renderer = self._renderer(renderer_spec)
+        work = self.taskset.rollout(task, client, renderer, sampling)
         trace = await guarded(work, task, self.env, version, self.timeout)
         return {"ok": True, "trace": trace_to_dict(trace)}
 
@@ -126,6 +131,25 @@ class ProtocolServer:
             config = get_registry().get(RENDERERS, spec["name"]).Config.model_validate(spec.get("config") or {})
             self._renderers[key] = config.build(tokenizer=spec["tokenizer"])
         return self._renderers[key]
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes:
+    """One request line, or :class:`BadRequest` for one too long or too slow to arrive."""
+    try:
+        return await asyncio.wait_for(reader.readline(), REQUEST_READ_TIMEOUT_S)
+    except TimeoutError:
+        raise BadRequest(f"no request line within {REQUEST_READ_TIMEOUT_S:g} s") from None
+    except ValueError:  # over the reader's limit; the rest of the line is still coming
+        pass
+    # Read the rest and drop it, so the client has finished sending when the error reply
+    # and the close arrive (closing on unread data would reset the connection first).
+    try:
+        while b"\n" not in (chunk := await asyncio.wait_for(reader.read(1 << 20), REQUEST_READ_TIMEOUT_S)):
+            if not chunk:
+                break
+    except TimeoutError:
+        pass
+    raise BadRequest(f"request line is over {REQUEST_LINE_LIMIT} bytes (REQUEST_LINE_LIMIT)")
 
 
 async def call(address: str, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:

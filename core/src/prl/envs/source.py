@@ -5,7 +5,7 @@ Where rollouts run:
 * in process: the taskset's class says ``in_process = True`` (offline tasksets) and no
   ``env.serve.address`` is given; ``rollout`` awaits ``taskset.rollout`` directly;
 * behind an env server: ``env.serve.address`` names a server managed elsewhere, or the
-  taskset needs its own process (``in_process = False``): ``start`` then uses the server
+  taskset needs its own process (``in_process = False``, or ``env.serve.isolate``): ``start`` then uses the server
   of this attempt that already published ``resolved/envs/<split>/<name>.address`` (one
   started by hand), else spawns ``prl env-server @ resolved/envs/<split>/<name>.json``
   (logging to ``logs/attempt_N/envs/<split>/<name>.log``), waits for it to publish the
@@ -95,7 +95,8 @@ class EnvSource:
     # ---- lifecycle -------------------------------------------------------------------
     @property
     def remote(self) -> bool:
-        return self.source.env.serve.address is not None or not getattr(self.taskset, "in_process", True)
+        serve = self.source.env.serve
+        return serve.address is not None or serve.isolate or not getattr(self.taskset, "in_process", True)
 
     @property
     def address(self) -> str | None:
@@ -206,7 +207,9 @@ class EnvSource:
     # ---- work ------------------------------------------------------------------------
     def tasks(self) -> list[Task]:
         if self._tasks is None:
-            self._tasks = select_tasks(list(self.taskset.tasks(self.split)), self.source)
+            # the role (train/eval) names files; the taskset's own split, when set, the data
+            split = getattr(self.source.env.taskset, "split", None) or self.split
+            self._tasks = select_tasks(list(self.taskset.tasks(split)), self.source)
         return list(self._tasks)
 
     async def rollout(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from prl import layout
+from prl.config.errors import HostError, host_error
 from prl.fsutil import write_atomic
 
 FILE = "progress.pt"
@@ -32,9 +33,14 @@ def is_due(config: Any, step: int) -> bool:
 
 def save_state(root: Path, step: int, state: dict[str, Any]) -> Path:
     step_dir = layout.step_dir(root, step)
-    path = layout.begin(step_dir, layout.ORCHESTRATOR) / FILE
-    write_atomic(path, json.dumps(state), fsync=True)
-    layout.mark_complete(step_dir, layout.ORCHESTRATOR)
+    try:
+        path = layout.begin(step_dir, layout.ORCHESTRATOR) / FILE
+        write_atomic(path, json.dumps(state), fsync=True)
+        layout.mark_complete(step_dir, layout.ORCHESTRATOR)
+    except OSError as exc:
+        if isinstance(exc, HostError):
+            raise
+        raise host_error(exc, f"writing checkpoint {step_dir}") from None
     return path
 
 

@@ -8,7 +8,8 @@ with ``k`` rollouts each, in the background, alongside training rollouts and at 
 keeping the server defaults.
 
 Metrics are those of ``prl eval`` (``eval/<env>/avg@k``, ``eval/<env>/pass@k``, ...), logged
-at step ``v`` with producer ``orch``. Evaluations still running when training ends are
+at step ``v`` with producer ``orch``, and each rollout as a trace (``kind = "eval"``).
+Evaluations still running when training ends are
 awaited so the final one is not lost.
 """
 
@@ -88,7 +89,7 @@ class OnlineEval:
         return metrics
 
     async def _source(self, source: Any, k: int, version: int) -> dict[str, list[dict]]:
-        from prl.evalstats import rollout_record
+        from prl.evalstats import rollout_record, trace_records
 
         env = self.envs[source.name]
         tasks = env.tasks()
@@ -102,6 +103,8 @@ class OnlineEval:
 
         async def group(task: Any) -> tuple[str, list[dict]]:
             traces = await asyncio.gather(*(one(task) for _ in range(k)))
+            for monitor in self.monitors:  # the rollouts themselves, for the traces view
+                monitor.log_traces(trace_records(traces, task.task_id), version)
             return task.task_id, [rollout_record(t, task.task_id, j) for j, t in enumerate(traces)]
 
         return dict(await asyncio.gather(*(group(t) for t in tasks)))

@@ -22,6 +22,7 @@ Versions and steps: batch ``S`` (steps count from 1) is trained on the weights o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -31,12 +32,13 @@ from prl.orchestrator import checkpoint
 from prl.orchestrator.buffer import FinishedGroup, GroupBuffer
 from prl.orchestrator.concurrency import AdaptiveConcurrency
 from prl.orchestrator.metrics import console_line, finite, rollout_metrics, trace_record
+from prl.orchestrator.offpolicy import dispatch_budget, may_dispatch
 from prl.orchestrator.packing import pack
 from prl.orchestrator.samples import MalformedTrace, TraceSamples, trace_to_samples
 from prl.orchestrator.sources import SourceMixer, TrainSource
 from prl.orchestrator.transport import prune_batches, write_batch
 from prl.orchestrator.weights import WeightFollower
-from prl.types import Trace
+from prl.types import Sampling, Trace
 
 if TYPE_CHECKING:
     from prl.config.components import OrchestratorConfig
@@ -87,6 +89,8 @@ class Orchestrator:
         self._fatal: BaseException | None = None
         self._groups = 0
         self._last_ship = time.monotonic()
+        self._seeded_step, self._seeded_groups = 0, 0
+        self._shipping = False
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -166,12 +170,6 @@ class Orchestrator:
             self.follower.check()
 
     # ---- dispatch ---------------------------------------------------------------------
-    def _budget(self, version: int) -> int:
-        """Traces to keep buffered or in flight: this batch, plus the next when allowed."""
-        s, m = self.step, self.config.max_off_policy_steps
-        ahead = version >= s - 1 and version >= s - m
-        return self.config.batch_size * (2 if ahead else 1)
-
     def _can_dispatch(self) -> bool:
         version = self.follower.version if self.follower else None
         if version is None or not self.mixer.sources:
@@ -179,23 +177,33 @@ class Orchestrator:
         s = self.step
         if self.config.max_steps is not None and s > self.config.max_steps:
             return False
-        if s - 1 - version > 1 or version < s - 1 - self.config.max_off_policy_steps:
+        # Deterministic runs sample batch S on version S - 1 only, so what a batch holds
+        # does not depend on how fast the trainer is.
+        max_off = 0 if self.config.deterministic else self.config.max_off_policy_steps
+        if self.config.deterministic and self._shipping:
+            return False  # batch S is taken: what is dispatched now belongs to S + 1
+        if not may_dispatch(s, version, max_off):
             return False
-        if self.buffer.count + self.inflight_episodes >= self._budget(version):
+        budget = dispatch_budget(s, version, max_off, self.config.batch_size)
+        if self.buffer.count + self.inflight_episodes >= budget:
             return False
         return self.inflight_episodes < self.concurrency.limit
 
     async def _dispatch_loop(self) -> None:
         while True:
             self._wake.clear()
-            while self._can_dispatch():
-                self._launch(self.mixer.pick())
+            # Deterministic runs dispatch in waves: the next groups start only once every
+            # group in flight finished, so which groups fill a batch never depends on
+            # which rollout happened to finish first.
+            if not self.config.deterministic or not self.inflight:
+                while self._can_dispatch():
+                    self._launch(self.mixer.pick())
             await self._wake.wait()
 
     def _launch(self, source: TrainSource) -> None:
         task = source.sampler.next()
         version = self.follower.version
-        group = asyncio.create_task(self._run_group(source, task, version))
+        group = asyncio.create_task(self._run_group(source, task, version, self._sampling(source)))
         self.inflight[group] = version
         self.inflight_episodes += source.group_size
         group.add_done_callback(self._group_done)
@@ -205,18 +213,32 @@ class Orchestrator:
         self._task_failed(task)
         self._wake.set()
 
-    async def _one(self, source: TrainSource, task: Any, version: int) -> Trace:
+    def _sampling(self, source: TrainSource) -> Sampling:
+        """The source's sampling; in a deterministic run with a seed fixed by the step and the
+        group's place in it (both restored on resume), not by wall-clock order."""
+        if not self.config.deterministic:
+            return source.sampling
+        if self._seeded_step != self.step:
+            self._seeded_step, self._seeded_groups = self.step, 0
+        self._seeded_groups += 1
+        seed = ((self.config.seed * 1_000_003 + self.step) * 65_537 + self._seeded_groups) * 1024
+        return dataclasses.replace(source.sampling, seed=seed)
+
+    async def _one(self, source: TrainSource, task: Any, version: int, sampling: Sampling) -> Trace:
         try:
-            trace = await source.env.rollout(task, self.client, self.renderer, source.sampling, version)
+            trace = await source.env.rollout(task, self.client, self.renderer, sampling, version)
         finally:
             self.inflight_episodes -= 1
             self._wake.set()
         self.concurrency.on_done(failed=trace.is_timeout)
         return trace
 
-    async def _run_group(self, source: TrainSource, task: Any, version: int) -> None:
+    async def _run_group(self, source: TrainSource, task: Any, version: int, sampling: Sampling) -> None:
         started = time.time()
-        traces = await asyncio.gather(*(self._one(source, task, version) for _ in range(source.group_size)))
+        # Episodes of a group get distinct seeds (the base seed plus their index).
+        each = [sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
+                for i in range(source.group_size)]  # fmt: skip
+        traces = await asyncio.gather(*(self._one(source, task, version, each[i]) for i in range(source.group_size)))
         self._finalise(source, task, version, list(traces), started)
 
     def _finalise(self, source: TrainSource, task: Any, version: int, traces: list[Trace], started: float) -> None:
@@ -236,7 +258,7 @@ class Orchestrator:
             self._groups += 1
             now = time.time()
             self.records += [trace_record(t, f"g{self._groups}", version, now, now - started) for t in traces]
-        self.buffer.add(FinishedGroup(source.name, version, converted))
+        self.buffer.add(FinishedGroup(version, converted))
         self._arrived.set()
 
     def _on_version(self, version: int) -> None:
@@ -304,6 +326,7 @@ class Orchestrator:
     async def _ship_next(self) -> None:
         step = self.step
         await self._collect(step)
+        self._shipping = True
         batch = self.buffer.take(step)
         wait = 0.0
         if step - 2 >= 0:
@@ -317,6 +340,7 @@ class Orchestrator:
         self.progress["total_tokens"] += tokens
         self.progress["total_episodes"] += len(self.window)
         self.step = step + 1
+        self._shipping = False
         if checkpoint.is_due(self.config, step):
             checkpoint.save_state(checkpoint.checkpoint_root(self.config, self.run_dir), step, self.state_dict())
         self._report(step, batch, ranks, tokens, wait)

@@ -21,6 +21,18 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+async def load_version(client: Any, weight_dir: str | None, version: int) -> None:
+    """Load ``version`` into the inference server: pause the engines, ``/update_weights``,
+    resume them (also after a failed update, so the server is never left paused)."""
+    started = time.monotonic()
+    await client.pause()
+    try:
+        await client.update_weights(weight_dir, version=version)
+    finally:
+        await client.resume()
+    log.info("inference now serves policy version %d (loaded in %.2fs)", version, time.monotonic() - started)
+
+
 class WeightFollower:
     """Background task: acknowledge and apply versions ``first, first + 1, ...``."""
 
@@ -62,13 +74,7 @@ class WeightFollower:
             self._changed.set()
 
     async def _load(self, weight_dir: str | None, version: int) -> None:
-        started = time.monotonic()
-        await self.client.pause()
-        try:
-            await self.client.update_weights(weight_dir, version=version)
-        finally:
-            await self.client.resume()
-        log.info("inference now serves policy version %d (loaded in %.2fs)", version, time.monotonic() - started)
+        await load_version(self.client, weight_dir, version)
 
     def check(self) -> None:
         """Re-raise a failure of the background task."""

@@ -83,6 +83,12 @@ class ConsoleMonitor(Monitor):
                 if value is not None:
                     shown.append((label, fmt.format(value)))
                     break
+        # Evaluation rows (prl eval, online evals): one field per source, eval/<env>/avg@k.
+        for name, raw in metrics.items():
+            parts, value = name.split("/"), _finite(raw)
+            per_source = len(parts) == 3 and parts[0] == "eval" and parts[1] != "all"
+            if per_source and parts[2].startswith("avg@") and value is not None:
+                shown.append((f"{parts[1]} {parts[2]}", f"{value:.4f}"))
         return shown
 
 

@@ -12,6 +12,10 @@ append to the same file, so each row is written with a single ``write`` on an ``
 descriptor: rows from different processes never interleave, and nothing is buffered, so
 a crash loses no finished row. Readers merge rows by ``(step, producer)``; rows keyed by
 time carry ``step: null``. NaN and ±inf values are dropped with a warning.
+
+A relaunch of the run (``--resume``) appends to the same file and redoes the steps after
+its checkpoint, so every row it writes carries ``"attempt": N`` (the launch's attempt
+number, N > 1); :func:`prl_monitor_file.read_metrics` keeps the newest attempt's rows.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pydantic import Field
 
 from prl.contracts.monitor import Monitor, MonitorConfig
 from prl.fsutil import write_atomic
+from prl.runs import current_attempt
 from prl_monitor_file.records import clean_metrics
 from prl_monitor_file.stream import TraceStream
 
@@ -57,6 +62,10 @@ class FileMonitor(Monitor):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"
         self._fd: int | None = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Attempt 1 rows stay as they always were; a relaunch marks its rows so readers can
+        # tell a redone step's new row from the killed attempt's.
+        attempt = current_attempt()
+        self.attempt = attempt if attempt is not None and attempt > 1 else None
         self._stream = TraceStream(self.dir / "traces", config.chunk_bytes, config.compress, config.float_decimals)
 
     def log_plan(self, plan: dict[str, int], step: int | None) -> None:
@@ -73,6 +82,8 @@ class FileMonitor(Monitor):
         row: dict[str, Any] = {"step": step, "time": time.time()}
         row.update(clean_metrics(metrics))
         row["producer"] = self.producer
+        if self.attempt is not None:
+            row["attempt"] = self.attempt
         os.write(self._fd, (json.dumps(row, separators=(",", ":")) + "\n").encode())
 
     def log_traces(self, traces: list[dict[str, Any]], step: int | None) -> None:

@@ -90,4 +90,5 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         lora=lora,
         api_key=api_key,
         chat_template=template,
+        limits=cfg.server.limits,
     )

@@ -8,7 +8,10 @@ is prefill scoring); admin ``/update_weights``, ``/load_lora_adapter``, ``/pause
 (and one must be set to bind a non-loopback address).
 
 Every error is a JSON body ``{"error": {"message", "type", "code"}}`` with a 4xx status for
-bad input; nothing a client sends stops the server.
+bad input; nothing a client sends stops the server. ``server.limits`` bounds each request
+(n, prompt tokens, max_tokens: 400; body size: 413) and the tokens in flight: a request
+over that budget waits its turn, and once the wait queue is full the answer is 503 (see
+:mod:`prl.serving_limits`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,21 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
+from prl.config.components import ServerLimitsConfig
 from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
+from prl.serving_limits import (
+    BodyLimit,
+    TokenBudget,
+    busy_headers,
+    check_request,
+    default_max_tokens,
+    request_tokens,
+)
 from prl_inference_torch import openai as fmt
-from prl_inference_torch.engine import Engine, GenParams
+from prl_inference_torch.engine import Engine
 from prl_inference_torch.engine import Request as EngineRequest
 from prl_inference_torch.protocol import ChatRequest, CompletionRequest, GenerateRequest, check_token_ids, gen_params
 from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, read_lora, read_weights
@@ -45,6 +58,12 @@ class ServerState:
     chat_template: str | None = None
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     lora_paths: dict[str, str] = field(default_factory=dict)
+    limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
+    budget: TokenBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = TokenBudget(self.limits.max_tokens_in_flight, self.limits.max_queued_requests)
 
     def adapter_for(self, model: str | None) -> str | None:
         """The LoRA adapter a request's ``model`` selects; 404 for a name nobody serves."""
@@ -62,6 +81,7 @@ class ServerState:
 def build_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="prl inference (torch)")
     app.state.prl = state
+    app.add_middleware(BodyLimit, max_bytes=state.limits.max_body_bytes)
     _errors(app)
 
     def admin(request: Request) -> None:
@@ -115,6 +135,8 @@ def build_app(state: ServerState) -> FastAPI:
             f"prl_generation_tokens_total {e.tokens_generated}",
             f"prl_requests_running {e.running}",
             f"prl_requests_waiting {e.waiting}",
+            f"prl_tokens_in_flight {state.budget.in_flight}",
+            f"prl_requests_queued {state.budget.queued}",
             f"prl_policy_version {e.version}",
         ]
         return PlainTextResponse("\n".join(lines) + "\n")
@@ -124,42 +146,57 @@ def build_app(state: ServerState) -> FastAPI:
         if body.stream:
             raise ApiError("streaming is not supported on /inference/v1/generate; use /v1/completions")
         adapter = state.adapter_for(body.model)
-        check_token_ids(body.token_ids, state.vocab_size)
         sp = body.sampling_params
-        params = gen_params(sp, len(body.token_ids), state.max_model_len, logprobs=sp.logprobs)
-        req = await _run(state, body.token_ids, params, adapter, request)
+        check_request(state.limits, n=sp.n, prompt_lens=[len(body.token_ids)], max_tokens=sp.max_tokens)
+        check_token_ids(body.token_ids, state.vocab_size)
+        want = default_max_tokens(state.limits, sp.max_tokens, len(body.token_ids), state.max_model_len)
+        params = gen_params(sp, len(body.token_ids), state.max_model_len, logprobs=sp.logprobs, max_tokens=want)
+        req = EngineRequest(body.token_ids, params, adapter)
+        async with state.budget.hold(_tokens(req)):
+            await _run_request(state, req, request)
         return fmt.generate_body(req, f"gen-{uuid.uuid4().hex}", body.model or state.model_name)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
-        prompts = _completion_prompts(state, body.prompt)
+        check_request(state.limits, n=body.n, prompt_lens=_prompt_count(body.prompt) * [0], max_tokens=body.max_tokens)
+        prompts = await asyncio.to_thread(_completion_prompts, state, body.prompt)
+        check_request(state.limits, n=body.n, prompt_lens=[len(p) for p in prompts], max_tokens=body.max_tokens)
         reqs = []
         for ids in prompts:
-            params = gen_params(body, len(ids), state.max_model_len, logprobs=body.logprobs)
+            want = default_max_tokens(state.limits, body.max_tokens, len(ids), state.max_model_len)
+            params = gen_params(body, len(ids), state.max_model_len, logprobs=body.logprobs, max_tokens=want)
             reqs.append(EngineRequest(ids, params, adapter))
         if body.stream:
             if len(reqs) != 1:
                 raise ApiError("stream: true takes a single prompt")
-            return _stream(state, reqs[0], request, body, chat=False)
-        for r in reqs:
-            await _run_request(state, r, request)
+            return await _stream(state, reqs[0], body, chat=False)
+        async with state.budget.hold(sum(_tokens(r) for r in reqs)):
+            for r in reqs:
+                await _run_request(state, r, request)
         return _completion_body(state, body, reqs)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
-        ids = _chat_prompt(state, body)
+        want, field_name = (
+            (body.max_completion_tokens, "max_completion_tokens")
+            if body.max_completion_tokens is not None
+            else (body.max_tokens, "max_tokens")
+        )
+        check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=want, field=field_name)
+        ids = await asyncio.to_thread(_chat_prompt, state, body)
+        check_request(state.limits, n=body.n, prompt_lens=[len(ids)], max_tokens=want, field=field_name)
         top = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs and not body.logprobs:
             raise ApiError("top_logprobs needs logprobs: true")
-        params = gen_params(
-            body, len(ids), state.max_model_len, logprobs=top, max_tokens=body.max_completion_tokens or body.max_tokens
-        )
+        want = default_max_tokens(state.limits, want, len(ids), state.max_model_len)
+        params = gen_params(body, len(ids), state.max_model_len, logprobs=top, max_tokens=want)
         req = EngineRequest(ids, params, adapter)
         if body.stream:
-            return _stream(state, req, request, body, chat=True)
-        await _run_request(state, req, request)
+            return await _stream(state, req, body, chat=True)
+        async with state.budget.hold(_tokens(req)):
+            await _run_request(state, req, request)
         return _chat_body(state, body, req)
 
     @app.post("/pause", dependencies=[Depends(admin)])
@@ -219,7 +256,7 @@ def build_app(state: ServerState) -> FastAPI:
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=busy_headers(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -268,12 +305,15 @@ def _completion_prompts(state: ServerState, prompt: Any) -> list[list[int]]:
     return out
 
 
-async def _run(
-    state: ServerState, ids: list[int], params: GenParams, adapter: str | None, request: Request
-) -> EngineRequest:
-    req = EngineRequest(ids, params, adapter)
-    await _run_request(state, req, request)
-    return req
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts a completions ``prompt`` holds (checked before tokenizing them)."""
+    if isinstance(prompt, str) or (prompt and all(isinstance(p, int) for p in prompt)):
+        return 1
+    return len(prompt)
+
+
+def _tokens(req: EngineRequest) -> int:
+    return request_tokens(req.params.n, len(req.prompt_ids), req.params.max_tokens, 0)
 
 
 async def _run_request(state: ServerState, req: EngineRequest, request: Request) -> None:
@@ -366,11 +406,28 @@ def _completion_body(state: ServerState, body: CompletionRequest, reqs: list[Eng
     }
 
 
-def _stream(state: ServerState, req: EngineRequest, request: Request, body: Any, chat: bool) -> StreamingResponse:
-    return StreamingResponse(_events(state, req, body, chat), media_type="text/event-stream")
+async def _stream(state: ServerState, req: EngineRequest, body: Any, chat: bool) -> StreamingResponse:
+    """Admit before answering, so a full queue is still a 503 rather than an error event."""
+    tokens = _tokens(req)
+    await state.budget.acquire(tokens)
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            state.budget.release(tokens)
+
+    # The generator's ``finally`` releases; the background task covers a response that
+    # was never iterated (the client left before the first byte).
+    return StreamingResponse(
+        _events(state, req, body, chat, release), media_type="text/event-stream", background=BackgroundTask(release)
+    )
 
 
-async def _events(state: ServerState, req: EngineRequest, body: Any, chat: bool) -> AsyncIterator[str]:
+async def _events(
+    state: ServerState, req: EngineRequest, body: Any, chat: bool, release: Any = lambda: None
+) -> AsyncIterator[str]:
     """SSE chunks: text (and token id) deltas per completion, then usage and ``[DONE]``."""
     head = _head("chatcmpl" if chat else "cmpl", body.model or state.model_name)
     head["object"] = "chat.completion.chunk" if chat else "text_completion"
@@ -422,3 +479,4 @@ async def _events(state: ServerState, req: EngineRequest, body: Any, chat: bool)
     finally:
         if not req.done:
             state.engine.cancel(req)
+        release()

@@ -102,6 +102,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
             served_shapes=served_shapes,
             api_key=api_key,
             lora_enabled=cfg.backend.enable_lora,
+            limits=cfg.server.limits,
         )
         install(app, state)
         await engine.update_weight_version("0")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from prl.contracts import InferenceBackendConfig
+from prl_inference_vllm.section import absorb_vllm_section, check_vllm_name
 
 # Set by prl from other sections (model, server, tokenizer, max_model_len, seed) or by
 # the backend itself; giving them in extra_args would silently fight those settings.
@@ -40,6 +41,8 @@ RESERVED_ARGS = {
 
 class VllmInferenceConfig(InferenceBackendConfig):
     """vLLM's OpenAI-compatible server with prl's token and admin routes."""
+
+    has_section: ClassVar[bool] = True
 
     type: Literal["vllm"] = "vllm"
     """Selects this backend."""
@@ -84,7 +87,14 @@ class VllmInferenceConfig(InferenceBackendConfig):
                 raise ValueError(f"extra_args.{key} is set by prl from {RESERVED_ARGS[name]}; set it there instead")
             if name in type(self).model_fields and name not in ("type", "extra_args", "ready_file"):
                 raise ValueError(f"extra_args.{key} duplicates the typed field '{name}'; set that field instead")
+            check_vllm_name(name, "inference.backend.extra_args")
         return self
+
+    @classmethod
+    def absorb_section(cls, section: dict[str, Any], inference: dict[str, Any]) -> dict[str, Any]:
+        """``[inference.vllm]``: vLLM argument names (see :mod:`prl_inference_vllm.section`)."""
+        typed = set(cls.model_fields) - {"type", "extra_args", "ready_file"}
+        return absorb_vllm_section(section, inference, typed)
 
 
 def _snake(key: str) -> str:

@@ -18,6 +18,11 @@ worker reloads the weights in place (``collective_rpc("prl_reload_weights")``, s
 cache is reset so no new request reuses blocks of the old policy, the engine's weight
 version label is set (vLLM then records ``weight_versions`` spans per completion) and the
 scheduler resumes.
+
+``server.limits`` applies to every generating route (see :mod:`prl_inference_vllm.limits`):
+a request over a per-request limit is a 400 naming the setting, a body over
+``max_body_bytes`` a 413, and a request over the token budget waits; a full wait queue is
+a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from prl.config.components import ServerLimitsConfig
 from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
+from prl.serving_limits import BodyLimit, TokenBudget, busy_headers, check_request, default_max_tokens
 from prl_inference_vllm.generate import GenerateRequest, generate_body, new_request_id, sampling_params
+from prl_inference_vllm.limits import check_openai_body, limit_engine
 from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir
 
 log = logging.getLogger("prl_inference_vllm")
@@ -54,11 +62,23 @@ class PrlState:
     version: int = 0
     paused: bool = False
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
+    budget: TokenBudget | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = TokenBudget(self.limits.max_tokens_in_flight, self.limits.max_queued_requests)
 
 
 def install(app: FastAPI, state: PrlState) -> None:
-    """Add prl's routes ahead of vLLM's, so a path both define is answered by prl."""
+    """Add prl's routes ahead of vLLM's, so a path both define is answered by prl; bound the
+    body size and make every engine call hold the token budget."""
     app.state.prl = state
+    if app.middleware_stack is None:
+        app.add_middleware(BodyLimit, max_bytes=state.limits.max_body_bytes)
+    else:  # vLLM has built its middleware stack already: wrap it from outside
+        app.middleware_stack = BodyLimit(app.middleware_stack, max_bytes=state.limits.max_body_bytes)
+    limit_engine(state.engine, state.limits, state.budget, state.max_model_len)
     router = _router(state)
     before = len(app.router.routes)
     app.include_router(router)
@@ -77,7 +97,7 @@ class _Route(APIRoute):
             try:
                 return await inner(request)
             except ApiError as exc:
-                return JSONResponse(exc.body(), status_code=exc.status)
+                return JSONResponse(exc.body(), status_code=exc.status, headers=busy_headers(exc))
 
         return handler
 
@@ -207,10 +227,14 @@ async def _generate(body: GenerateRequest, request: Request, state: PrlState) ->
     if body.stream:
         raise ApiError("stream: true is not supported on /inference/v1/generate; use /v1/completions")
     lora = _lora_for(state, request.app, body.model)
+    sp_in = body.sampling_params
+    check_request(state.limits, n=sp_in.n, prompt_lens=[len(body.token_ids)], max_tokens=sp_in.max_tokens)
     bad = [t for t in body.token_ids if not 0 <= t < state.vocab_size]
     if bad:
         raise ApiError(f"token_ids holds ids outside the vocabulary (size {state.vocab_size}): {bad[:5]}")
-    sp = sampling_params(body.sampling_params, len(body.token_ids), state.max_model_len, state.max_logprobs)
+    if sp_in.max_tokens is None:
+        sp_in.max_tokens = default_max_tokens(state.limits, None, len(body.token_ids), state.max_model_len)
+    sp = sampling_params(sp_in, len(body.token_ids), state.max_model_len, state.max_logprobs)
     rid = new_request_id(body.request_id)
     # The salt keeps prefix-cache blocks of one policy version from serving another.
     prompt = TokensPrompt(prompt_token_ids=list(body.token_ids), cache_salt=f"prl-v{state.version}")
@@ -233,6 +257,7 @@ async def _openai(state: PrlState, request: Request, model: type[BaseModel], han
         raise ApiError("request body is not valid JSON") from None
     if not isinstance(raw, dict):
         raise ApiError("request body must be a JSON object")
+    check_openai_body(state.limits, raw)
     raw.setdefault("return_token_ids", True)
     # As on the generate route: prefix-cache blocks of one policy version never serve another.
     raw.setdefault("cache_salt", f"prl-v{state.version}")

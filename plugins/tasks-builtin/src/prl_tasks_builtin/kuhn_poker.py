@@ -48,6 +48,7 @@ class KuhnPoker(Taskset):
 
     id = "kuhn-poker"
     in_process = True
+    splits = ("train", "eval", "test")
 
     class Config(TasksetConfig):
         """kuhn-poker taskset."""
@@ -62,6 +63,7 @@ class KuhnPoker(Taskset):
         """Completion bound per decision when the run's sampling leaves max_tokens unset."""
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
+        split = "eval" if split == "test" else split  # one held-out split, by either name
         count = {"train": self.config.num_train, "eval": self.config.num_eval}.get(split)
         if count is None:
             raise ValueError(f"kuhn-poker has splits 'train' and 'eval', not '{split}'")

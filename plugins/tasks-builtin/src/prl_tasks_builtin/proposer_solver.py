@@ -64,6 +64,7 @@ class ProposerSolver(Taskset):
 
     id = "proposer-solver"
     in_process = True
+    splits = ("train", "eval", "test")
 
     class Config(TasksetConfig):
         """proposer-solver taskset."""
@@ -86,6 +87,7 @@ class ProposerSolver(Taskset):
         """Completion bound per turn when the run's sampling leaves max_tokens unset."""
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
+        split = "eval" if split == "test" else split  # one held-out split, by either name
         c = self.config
         count = {"train": c.num_train, "eval": c.num_eval}.get(split)
         if count is None:

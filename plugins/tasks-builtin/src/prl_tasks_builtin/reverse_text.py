@@ -39,6 +39,7 @@ class ReverseText(Taskset):
 
     id = "reverse-text"
     in_process = True
+    splits = ("train", "eval", "test")
 
     class Config(TasksetConfig):
         """reverse-text taskset."""
@@ -61,6 +62,7 @@ class ReverseText(Taskset):
         """System message; None sends only the text."""
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
+        split = "eval" if split == "test" else split  # one held-out split, by either name
         c = self.config
         if c.min_words > c.max_words:
             raise ValueError(f"env.taskset.min_words ({c.min_words}) must not exceed max_words ({c.max_words})")
@@ -72,7 +74,7 @@ class ReverseText(Taskset):
             pool = make_texts(2 * c.seed + 1, c.num_eval * 4 + 100, c.min_words, c.max_words)
             texts = [t for t in pool if t not in seen][: c.num_eval]
         else:
-            raise ValueError(f"reverse-text has splits 'train' and 'eval', not '{split}'")
+            raise ValueError(f"reverse-text has splits 'train' and 'eval' (or 'test'), not '{split}'")
         for i, text in enumerate(texts):
             prompt = ([{"role": "system", "content": c.system_prompt}] if c.system_prompt else []) + [
                 {"role": "user", "content": text}

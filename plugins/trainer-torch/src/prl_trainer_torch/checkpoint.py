@@ -10,14 +10,17 @@ marks the trainer's part of the step complete, and core reads nothing but that m
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as tdist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -27,9 +30,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from prl import layout
+from prl.config.errors import HostError, host_error
 from prl.fsutil import write_atomic
 
 SFT_PARTS = layout.COMPONENTS["sft"]
+FULL_BELOW = 1 << 20
+"""A failed save with less than this free (or less than a checkpoint takes) is a full disk."""
 
 
 def ckpt_root(config: Any, run_dir: Path) -> Path:
@@ -67,8 +73,20 @@ def save(
     rank calls it).
 
     ``meta`` (model and tokenizer names) goes to ``trainer/model.json`` so an export needs
-    nothing but the step directory.
+    nothing but the step directory. A save the disk cannot hold raises
+    :class:`prl.config.errors.HostError` (one line, no traceback) and leaves the step
+    without its marker, so a resume takes the previous complete step.
     """
+    try:
+        _save(step_dir, hf_model, optimizer, scheduler, progress, loader_state, rank, meta)
+    except (Exception, CheckpointException) as exc:  # torch's is a BaseException
+        err = _disk_error(exc, step_dir, _estimate_bytes(hf_model))
+        if err is None:
+            raise
+        raise err from exc
+
+
+def _save(step_dir: Path, hf_model, optimizer, scheduler, progress, loader_state, rank, meta) -> None:
     trainer_dir = layout.component_dir(step_dir, layout.TRAINER)
     if rank == 0:
         layout.begin(step_dir, layout.TRAINER)
@@ -91,9 +109,40 @@ def save(
     # wrote theirs (and rank 0 the .metadata); every rank's loader file came before it.
     # overwrite=True said outright: a resumed run saves its resume step again, and torch
     # plans to stop overwriting by default.
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(trainer_dir), overwrite=True))
+    # sync_files fsyncs every shard and the .metadata before dcp.save returns, which the
+    # COMPLETE marker written next vouches for.
+    writer = dcp.FileSystemWriter(str(trainer_dir), sync_files=True, overwrite=True)
+    dcp.save(state, storage_writer=writer)
     if rank == 0:
         layout.mark_complete(step_dir, layout.TRAINER)
+
+
+def _estimate_bytes(hf_model) -> int:
+    """About what one trainer checkpoint takes: the weights and two Adam moments."""
+    return 3 * sum(p.numel() * p.element_size() for p in hf_model.parameters())
+
+
+def _disk_error(exc: BaseException, step_dir: Path, need: int) -> HostError | None:
+    """A one-line error when ``exc`` came from a full disk or an unwritable directory.
+
+    torch reports a full disk in a shard as a bare RuntimeError (``unexpected pos``)
+    wrapped in a CheckpointException, so the filesystem itself is asked what went wrong.
+    """
+    doing = f"writing checkpoint {step_dir}"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+        return host_error(exc, doing)
+    try:
+        stat = os.statvfs(step_dir if step_dir.exists() else step_dir.parent)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    # "unexpected pos" is torch's zip writer noticing a short write: the disk took less
+    # than it was given.
+    if free < max(FULL_BELOW, need) or "unexpected pos" in f"{exc} {exc!r}":
+        return HostError(
+            f"{doing}: no space left on device ({free // 1024} KiB free, a checkpoint takes about {need // 1024} KiB)"
+        )
+    return None
 
 
 def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any) -> dict:

@@ -62,6 +62,20 @@ def full_state_dict(hf) -> dict[str, torch.Tensor]:
     return get_model_state_dict(hf, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def publish_weights(hf, transport, dist, version: int) -> float:
+    """Publish the full weights as ``version`` through ``transport`` (collective: every rank
+    gathers, rank 0 publishes and waits for the consumer's acknowledgement); returns the
+    seconds taken. RL and SFT with online eval both hand weights over this way."""
+    t0 = time.perf_counter()
+    state = full_state_dict(hf)
+    if dist.is_main:
+        transport.publish(state, version)
+    if dist.world > 1:
+        # Other ranks must not run ahead (into a batch or step the consumer has not caught up with).
+        tdist.barrier()
+    return time.perf_counter() - t0
+
+
 class RLRun:
     """One RL trainer on this rank."""
 
@@ -97,14 +111,7 @@ class RLRun:
 
     def publish(self, version: int) -> float:
         """Hand the current weights to inference as ``version``; returns the seconds taken."""
-        t0 = time.perf_counter()
-        state = full_state_dict(self.hf)
-        if self.dist.is_main:
-            self.transport.publish(state, version)
-        if self.dist.world > 1:
-            # Other ranks must not run ahead into a batch the orchestrator has not made yet.
-            tdist.barrier()
-        return time.perf_counter() - t0
+        return publish_weights(self.hf, self.transport, self.dist, version)
 
     def train_step(self, step: int) -> dict[str, float]:
         """Wait for batch ``step``, train on it; returns the step's metrics (all ranks)."""

@@ -88,6 +88,10 @@ class SFTRun:
         self.monitors = build_monitors(config, self.run_dir, "trainer") if main else []
         self.bar = Progress(main and sys.stderr.isatty(), self.total, self.progress["step"])
         self.peak = peak_flops(self.dist.device)
+        # Online eval: the weights go to inference at start-up and at every step an eval is due.
+        evaluates = getattr(config, "eval", None) is not None
+        self.transport = config.weight_broadcast.build(run_dir=self.run_dir) if evaluates else None
+        self.broadcast_at: set[int] = set()
 
     def _resume(self) -> None:
         step_dir = ckpt.resume_dir(self.config, self.ckpt_root)
@@ -215,15 +219,35 @@ class SFTRun:
         v = self.config.val
         return v is not None and (step % v.interval == 0 or step == self.total)
 
+    def start_broadcasts(self) -> None:
+        """With online eval: announce the versions this run broadcasts (:mod:`prl.evalplan`)
+        and publish the weights training starts from."""
+        from prl.evalplan import eval_versions, write_plan
+        from prl_trainer_torch.rl import publish_weights
+
+        start, interval = self.progress["step"], self.config.eval.interval
+        if self.dist.is_main:
+            versions = write_plan(self.run_dir, start, self.total, interval)
+        else:
+            versions = eval_versions(start, self.total, interval)
+        self.broadcast_at = set(versions[1:])
+        publish_weights(self.hf, self.transport, self.dist, start)
+
     def train(self) -> None:
         """Steps until ``max_steps`` (total, also on resume) or the end of the epoch."""
+        from prl_trainer_torch.rl import publish_weights
+
         if self.config.val is not None and self.config.val.eval_on_start and self.progress["step"] == 0:
             emit(self.monitors, self.validate(), 0)
+        if self.transport is not None:
+            self.start_broadcasts()
         while self.progress["step"] < self.total:
             metrics = self.train_step()
             step = self.progress["step"]
             if self._should_validate(step):
                 metrics.update(self.validate())
+            if step in self.broadcast_at:
+                metrics["time/broadcast_weights"] = publish_weights(self.hf, self.transport, self.dist, step)
             emit(self.monitors, metrics, step)
             self._report(step, metrics)
             self.save(final=step == self.total)
