@@ -23,6 +23,9 @@ from prl.config.resolve import resolve
 from prl.config.roots import EvalConfig, RLConfig, SFTConfig
 from prl.plugins import PluginError
 
+# A fuzzing campaign (1,200 cases, about 65 ms each to resolve): the real-component tier.
+pytestmark = pytest.mark.slow
+
 ROOTS = [RLConfig, SFTConfig, EvalConfig]
 FUZZ = settings(max_examples=350, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 

@@ -79,16 +79,20 @@ def test_default_temperature_is_one():
     torch.testing.assert_close(logp, torch.log_softmax(h @ w.t(), -1).gather(-1, y[:, None]).squeeze(-1))
 
 
-def test_outputs_and_gradients_stay_on_the_models_device():
+def test_outputs_and_gradients_stay_on_the_models_device(monkeypatch):
     # The meta device stands in for a GPU: every buffer must follow the inputs' device.
+    # (Meta kernels accept CPU operands, so the arguments of each chunk kernel are checked.)
     meta = torch.device("meta")
+    devices = set()
+    for name, kernel in dict(logprobs._KERNELS).items():
+        monkeypatch.setitem(logprobs._KERNELS, name, lambda *a, k=kernel: devices.update(t.device for t in a) or k(*a))
     h = torch.randn(9, 8, device=meta, requires_grad=True)
     w = torch.randn(20, 8, device=meta, requires_grad=True)
     y = torch.zeros(9, dtype=torch.long, device=meta)
     for temperature in (0.7, torch.full((9,), 0.7, device=meta)):
         logp, ent = chunked_logprobs(h, w, y, temperature, chunk_size=4, entropy=True)
         (logp.sum() + ent.sum()).backward()
-        assert {t.device for t in (logp, ent, h.grad, w.grad)} == {meta}
+        assert {t.device for t in (logp, ent, h.grad, w.grad)} == {meta} and devices == {meta}
         assert logp.dtype == torch.float32 and w.grad.dtype == torch.float32
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from prl_loss_common import component_losses
 from prl_trainer_torch.logprobs import chunked_logprobs
 from prl_trainer_torch.rl_step import (
     StepStats,
@@ -20,6 +21,7 @@ from prl_trainer_torch.rl_step import (
 )
 
 from prl.config.components import TrainerConfig
+from prl.contracts.loss import LossInputs, LossOutputs
 from prl.orchestrator.packing import dummy_micro_batch, micro_batch
 from prl.types import TrainingSample
 
@@ -200,17 +202,45 @@ def test_reported_rl_loss_is_a_weighted_token_mean():
     assert quarter["loss/rl"] == pytest.approx(full["loss/rl"]) and full["loss/rl"] != 0
 
 
+def _plugin_metrics(policy, raw) -> dict[str, float]:
+    """The loss plugin's own metrics on one micro-batch, straight from the plugin."""
+    mb = to_micro_batch(raw, CPU)
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy, mb)
+    inputs = LossInputs(logp, mb.inference_logprobs, mb.advantages, mb.loss_mask, mb.rl_weights)
+    return {k: float(v) for k, v in component_losses(_ipo(), inputs).metrics.items()}
+
+
 def test_loss_plugin_metrics_are_weighted_by_rl_tokens_over_micro_batches():
     policy = TinyPolicy()
     # b has exactly one rl token; c trains only the ce component and carries no rl metrics.
     a = micro_batch([_sample([1, 2, 3, 4, 5], adv=0.5, lp=[-3.0] * 5)])
     b = micro_batch([_sample([6, 7], adv=-1.0, lp=[-0.1] * 2)])
     c = micro_batch([_sample([8, 9, 10], rl=0.0, ce=1.0)])
-    ma, _ = _step(policy, [a])
-    mb, _ = _step(policy, [b])
+    va, vb = _plugin_metrics(policy, a), _plugin_metrics(policy, b)
     both, _ = _step(policy, [c, a, b, c])
-    plugin = [k for k in ma if k.startswith("loss/") and k not in ("loss/rl", "loss/ce", "loss/ref_kl", "loss/all")]
-    plugin = [k for k in plugin if k != "loss/nonfinite_count"] + ["is_masked/mean"]
-    assert len(plugin) > 1
-    for key in plugin:
-        assert both[key] == pytest.approx((4 * ma[key] + 1 * mb[key]) / 5), key
+    assert set(va) == {"is_masked", "masked_mismatch_kl", "unmasked_mismatch_kl"}
+    assert both["is_masked/mean"] == pytest.approx((4 * va["is_masked"] + vb["is_masked"]) / 5)
+    for key in ("masked_mismatch_kl", "unmasked_mismatch_kl"):
+        assert both[f"loss/{key}"] == pytest.approx((4 * va[key] + vb[key]) / 5), key
+
+
+class _VectorMetricLoss:
+    """A custom loss reporting one scalar and one per-token metric."""
+
+    def __call__(self, inputs):
+        loss = -(inputs.advantages * inputs.trainer_logprobs) * inputs.loss_mask
+        # A plain float is not a metric by the contract: skipped, and the rest still reported.
+        metrics = {"plain": 0.5, "scalar": torch.tensor(1.5), "per_token": loss.detach()}
+        return LossOutputs(loss=loss, metrics=metrics)
+
+
+def test_per_token_plugin_metrics_are_averaged_over_rl_tokens():
+    policy = TinyPolicy()
+    mb = to_micro_batch(micro_batch([_sample([1, 2, 3])]), CPU)
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy, mb)
+    metrics = merge_stats([_plain(run_micro_batches(policy, _VectorMetricLoss(), [mb], world=1))])
+    assert metrics["loss/scalar"] == 1.5 and "loss/plain" not in metrics
+    # tokens 2 and 3 train (the first token of a document has no prediction)
+    assert metrics["loss/per_token"] == pytest.approx(float(-logp[1:].mean()), rel=1e-5)

@@ -21,8 +21,8 @@ the sum over micro-batches and ranks is exactly the gradient of the one global l
 
 Statistics. ``entropy`` (of the tempered distribution) and ``mismatch_kl`` = e^ℓ − 1 − ℓ,
 ℓ = logp − inference logp, are averaged over the loss tokens, for all envs and per env.
-Loss-plugin metrics (0-d means over a micro-batch's rl tokens) are averaged over
-micro-batches weighted by their rl token counts.
+Loss-plugin metrics (scalars, or per-token tensors first averaged over a micro-batch's rl
+tokens) are averaged over micro-batches weighted by their rl token counts.
 """
 
 from __future__ import annotations
@@ -164,11 +164,15 @@ def _accumulate(stats: StepStats, sums, scales, mb: MicroBatch, logp: torch.Tens
         value = float(total.detach()) / (scale if scale > 0 else 1.0)
         stats.loss[name] += value
         stats.loss["all"] += value
-    weight = float(rl_mask(mb.loss_mask, mb.rl_weights).sum())
+    rl_tokens = rl_mask(mb.loss_mask, mb.rl_weights)
+    weight = float(rl_tokens.sum())
     if weight > 0:
         for name, value in sums.metrics.items():
-            if torch.is_tensor(value) and value.numel() == 1:
-                stats.plugin[name] += float(value.detach()) * weight
+            if not torch.is_tensor(value):
+                continue
+            if value.numel() != 1:  # a per-token metric (LossOutputs): its mean over the rl tokens
+                value = value.detach()[rl_tokens].float().mean()
+            stats.plugin[name] += float(value.detach()) * weight
         stats.plugin_weight += weight
     mkl = mismatch_kl(logp - mb.inference_logprobs)
     stats.add_tokens_stats(mb, entropy, mkl)
