@@ -16,16 +16,9 @@ pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _rl_toml(tmp_path):
-    """A two-step reverse-text RL config on a tiny model made here, with a free port."""
+    """A two-step reverse-text RL config on a tiny model made here; inference takes any free
+    port (``port = 0``), which prl rl pins at launch for the orchestrator too."""
     from prl_model_init.build import make_model
 
     model = make_model(tmp_path / "model", preset="tiny")
@@ -50,7 +43,7 @@ def _rl_toml(tmp_path):
         name = "reverse-text"
         env.taskset.id = "reverse-text"
         [inference.server]
-        port = {_free_port()}
+        port = 0
         [ckpt]
     ''')
     )

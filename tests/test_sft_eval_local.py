@@ -113,15 +113,18 @@ def test_eval_without_sources_is_a_usage_error_naming_the_field(tmp_path, tiny):
     assert "Traceback" not in out.stderr
 
 
-def test_a_dry_run_writes_one_resolved_config_per_child(tmp_path, tiny):
-    out = _prl("sft", "@", _toml(tmp_path, *tiny), "--run.name", "dry", "--dry-run")
+@pytest.mark.parametrize("port", [None, "0"])
+def test_a_dry_run_writes_one_resolved_config_per_child(tmp_path, tiny, port):
+    # Port 0 ("any free port") is pinned at launch so the eval client knows it.
+    extra = ["--inference.server.port", port] if port else []
+    out = _prl("sft", "@", _toml(tmp_path, *tiny), "--run.name", "dry", "--dry-run", *extra)
     assert out.returncode == 0, out.stderr
     resolved = tmp_path / "outputs" / "dry" / "configs" / "attempt_1" / "resolved"
     sft = json.loads((resolved / "sft.json").read_text())
     inference = json.loads((resolved / "inference.json").read_text())
     assert inference["model"]["name"] == sft["model"]["name"]  # serves the trained model
     port = inference["server"]["port"]
-    assert sft["eval"]["client"]["base_url"] == f"http://127.0.0.1:{port}"
+    assert port > 0 and sft["eval"]["client"]["base_url"] == f"http://127.0.0.1:{port}"
     assert (resolved / "envs" / "eval" / "reverse-text.json").exists()
 
 

@@ -114,3 +114,15 @@ def test_sft_dry_run_writes_sft_json(tmp_path):
     result = CliRunner().invoke(app, ["sft", "--output-dir", str(tmp_path), "--run.name", "s1", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "s1" / "configs" / "attempt_1" / "resolved" / "sft.json").is_file()
+
+
+def test_port_zero_picks_one_free_port_for_server_and_client(fake_plugins, tmp_path):
+    # The orchestrator must know the port before inference starts, so "any free port" is
+    # chosen at launch and written to both resolved configs.
+    result = dry(tmp_path, "--run.name", "p0", "--inference.server.port", "0")
+    assert result.exit_code == 0, result.output
+    resolved = tmp_path / "p0" / "configs" / "attempt_1" / "resolved"
+    port = json.loads((resolved / "inference.json").read_text())["server"]["port"]
+    assert port > 0
+    client = json.loads((resolved / "orchestrator.json").read_text())["client"]["base_url"]
+    assert client == f"http://127.0.0.1:{port}"

@@ -55,6 +55,16 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def free_port(host: str) -> int:
+    """A port free on ``host`` right now, for a managed server whose clients must know it
+    before it starts (a server given port 0 would pick its own, unknown to them)."""
+    sock = bind(host, 0)
+    try:
+        return sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
 def ready_file(config: InferenceConfig) -> str | os.PathLike | None:
     """Where to write the bound URL: server.ready_file, the backend's, or $PRL_READY_FILE."""
     return config.server.ready_file or getattr(config.backend, "ready_file", None) or os.environ.get("PRL_READY_FILE")

@@ -87,6 +87,17 @@ def _share_identity(cfg, *components) -> None:
             comp.output_dir = cfg.output_dir
 
 
+def _pin_inference_port(inference) -> bool:
+    """``server.port = 0`` under a launcher means any free port: pick it now, so the clients
+    started beside the server are told the same one. True when a port was picked."""
+    if inference is None or inference.server.port != 0:
+        return False
+    from prl.serving import free_port
+
+    inference.server.port = free_port(inference.server.host)
+    return True
+
+
 def cmd_rl(argv: list[str]) -> int:
     from prl.config.roots import RLConfig
 
@@ -100,6 +111,7 @@ def cmd_rl(argv: list[str]) -> int:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
     client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
+    _pin_inference_port(cfg.inference)
     if cfg.inference is not None and not client_set:
         cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
@@ -134,6 +146,10 @@ def cmd_sft(argv: list[str]) -> int:
     if cfg.run.name is None:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
     trainer_cls = None if cfg.dry_run else _plugin(TRAINERS, cfg.trainer_type)
+    zero_url = cfg.inference is not None and cfg.eval.client.base_url.endswith(f":{cfg.inference.server.port}")
+    if _pin_inference_port(cfg.inference) and zero_url:
+        server = cfg.inference.server
+        cfg.eval.client.base_url = f"http://{server.host}:{server.port}"
     _share_identity(cfg, cfg.inference)
     resolved: dict = {"sft": cfg}
     if cfg.inference is not None:
