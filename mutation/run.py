@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STAGE = ROOT / "build" / "mutation"
 SURVIVORS = ROOT / "mutation" / "survivors.toml"
+MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # the venv running this script
 
 # The learning-critical modules: advantages of every algorithm, every loss and the shared
 # loss pieces, the orchestrator's buffer, packing and off-policy control, and the trainer's
@@ -116,19 +117,17 @@ def stage() -> None:
 
 
 def mutmut(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("mutmut")
-    return subprocess.run([str(exe), *args], cwd=STAGE, text=True, **kwargs)
+    return subprocess.run([MUTMUT, *args], cwd=STAGE, text=True, **kwargs)
 
 
 def run(budget: float, children: int) -> None:
     """Run mutmut, printing one progress line every 30 s; stop at the budget."""
-    exe = Path(sys.executable).with_name("mutmut")
     # One thread per test process: the workers already fill the cores, and forked children
     # of a process with a live OpenMP pool can hang.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     log = (STAGE / "mutmut.log").open("w")
     proc = subprocess.Popen(
-        [str(exe), "run", "--max-children", str(children)],
+        [MUTMUT, "run", "--max-children", str(children)],
         cwd=STAGE,
         env=env,
         stdout=log,

@@ -30,6 +30,7 @@ pytest.importorskip("prl_trainer_torch")
 from prl_monitor_file import metric_by_step, read_metrics  # noqa: E402
 
 from prl import layout  # noqa: E402
+from prl.serving import free_port  # noqa: E402
 
 STEPS = 6
 LAUNCH_TIMEOUT_S = 300
@@ -40,14 +41,6 @@ TARGETS = {
     "inference": "resolved/inference.json",
     "env-server": "resolved/envs/train/reverse-text.json",
 }
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +75,7 @@ def _toml(tmp_path: Path, model: Path) -> Path:
         env.taskset.id = "reverse-text"
         env.serve.isolate = true
         [inference.server]
-        port = {_free_port()}
+        port = {free_port("127.0.0.1")}
         [ckpt]
         interval = 2
     ''')

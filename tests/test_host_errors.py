@@ -23,12 +23,7 @@ pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
 from prl import layout  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from prl.serving import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +104,7 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_starts(tmp_path, m
         (tmp_path / "ro").chmod(0o500)
         ctx = contextlib.nullcontext(tmp_path / "ro")
     with ctx as out:
-        proc = _prl_rl(_toml(tmp_path, model, out, _free_port()))
+        proc = _prl_rl(_toml(tmp_path, model, out, free_port("127.0.0.1")))
     line = _one_error_line(proc)
     assert line.startswith(f"Environment error: cannot write the run directory {out}/r: "), line
     assert "set output_dir (or $PRL_OUTPUT_DIR) to a writable directory" in line
@@ -137,7 +132,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_takes_the_previo
     if not _can_mount():
         pytest.skip("needs root to mount a size-limited tmpfs")
     with _tmpfs(tmp_path / "ckpt", "256m") as ckpt_dir:
-        toml = _toml(tmp_path, model, tmp_path / "outputs", _free_port(), f'output_dir = "{ckpt_dir}"')
+        toml = _toml(tmp_path, model, tmp_path / "outputs", free_port("127.0.0.1"), f'output_dir = "{ckpt_dir}"')
         first = _prl_rl(toml)  # one step: measures what a checkpoint takes
         assert first.returncode == 0, first.stderr[-3000:]
         size = sum(f.stat().st_size for f in (ckpt_dir / "step_1").rglob("*") if f.is_file())

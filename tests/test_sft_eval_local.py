@@ -13,6 +13,7 @@ import pytest
 
 from prl.evalplan import eval_versions
 from prl.online_eval import scores_start
+from prl.serving import free_port
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -32,14 +33,6 @@ max_completion_tokens = 8
 name = "reverse-text"
 env.taskset.id = "reverse-text"
 """
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +64,7 @@ def _toml(tmp_path, model, data, extra: str = EVAL) -> str:
         [optim]
         lr = 5e-3
         [inference.server]
-        port = {_free_port()}
+        port = {free_port("127.0.0.1")}
     '''
     toml.write_text(textwrap.dedent(body) + extra)
     return str(toml)
