@@ -11,12 +11,14 @@ PYTEST_ARGS ?=
 # (vLLM, verifiers, multi-process and end-to-end runs). `make test` runs both.
 FAST := not (vllm or verifiers or slow)
 
-.PHONY: setup lint test test-fast test-real mutation demo clean-venv
+.PHONY: setup lint test test-fast test-real mutation demo clean-venv packs wheels
 
 # Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
 # then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
 setup: $(STAMP)
 	@$(PIP) install -q --no-deps $(foreach m,$(MEMBERS),-e $(m))
+	@# SLURM + munge for the real-SLURM tests (apt-get as root; a no-op once installed).
+	@sh launchers/slurm/setup-slurm.sh
 	@echo "prl: $(words $(MEMBERS)) distributions installed editable in $(VENV)"
 
 $(STAMP): requirements-dev.txt
@@ -50,6 +52,20 @@ mutation: setup
 
 demo: setup
 	PATH=$(abspath $(VENV))/bin:$$PATH bash examples/reverse-text/run.sh
+
+# Packaging (docs/install.md): `make packs` regenerates the `prl` distribution's extras from
+# packages/prl/packs.toml and the members found, in lockstep; `make wheels` builds a wheel of
+# every member and of `prl` into $(WHEELS), with the venv's setuptools (no index needed).
+WHEELS ?= build/wheels
+packs:
+	@$(PY) packages/sync.py
+
+wheels: packs
+	@mkdir -p $(WHEELS) && rm -f $(WHEELS)/prl-*.whl $(WHEELS)/prl_*.whl
+	@for m in $(MEMBERS) packages/prl; do rm -rf ./$$m/build; done  # stale build/lib would leak into wheels
+	@set -o pipefail; $(PIP) wheel --no-deps --no-build-isolation --no-index -w $(WHEELS) \
+	  $(addprefix ./,$(MEMBERS)) ./packages/prl | grep --line-buffered -E "^ *Created wheel for" | sed -E "s/^ *Created wheel for ([^:]*):.*/prl: built \1/"
+	@echo "prl: $$(ls $(WHEELS)/prl*.whl | wc -l) wheels in $(WHEELS)"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -8,7 +8,8 @@ as a closed loop: ``c`` clients, each sending its next request as soon as the la
 * ``engine``: ``prl_inference_torch.engine.Engine`` in process (continuous batching, KV cache).
 * ``http``: the same engine behind its HTTP server (``python -m prl_inference_torch``), driven
   through ``prl.client.InferenceHTTPClient`` -- what an orchestrator sees.
-* ``hf_seq``: ``model.generate`` one request at a time (how a server without batching serves c clients).
+* ``hf_seq``: ``model.generate`` one request at a time (how a server without batching serves c
+  clients), timed on the first 16 requests of a level.
 * ``hf_batch``: ``model.generate`` on static batches of ``c`` left-padded prompts; a batch runs
   until its longest request is done, then the next batch starts.
 * ``vllm``: printed when ``vllm`` imports and ``benchmarks/_vllm_bench.py`` exists; that module
@@ -19,7 +20,8 @@ engine uses its own ``prl_sdpa`` attention, the baselines transformers' default 
 Every side gets ``--threads`` torch threads (default 1: on a CPU shared with other
 processes, OpenMP workers that wait on each other at every op make a tiny model tens of
 times slower, for every contender alike).
-Usage: ``python benchmarks/inference_throughput.py [--model DIR] [--levels 1,16,64] [--threads N]``.
+Usage: ``python benchmarks/inference_throughput.py [--model DIR] [--levels 1,16,64] [--threads N]
+[--device cuda --dtype bfloat16]``.
 """
 
 from __future__ import annotations
@@ -51,12 +53,13 @@ def workload(tokenizer, n: int, seed: int = 0) -> tuple[list[list[int]], list[in
     return prompts, [rng.choice([16, 32, 48, 64]) for _ in range(n)]
 
 
-def bench_engine(model_dir: str, tokenizer, prompts, budgets, concurrency: int) -> float:
+def bench_engine(model_dir: str, tokenizer, prompts, budgets, concurrency: int, device="cpu", dtype="float32") -> float:
     from prl_inference_torch.attention import register
     from prl_inference_torch.engine import Engine, GenParams, Request
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=register()).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation=register())
+    model = model.to(device).eval()
     engine = Engine(model, tokenizer, max_model_len=2048, eos_ids=set(), max_batch_size=max(64, concurrency))
     engine.start()
     queue = list(range(len(prompts)))
@@ -90,7 +93,12 @@ def bench_hf_sequential(model, prompts, budgets) -> float:
     produced = 0
     for p, b in zip(prompts, budgets, strict=False):
         out = model.generate(
-            torch.tensor([p]), max_new_tokens=b, min_new_tokens=b, do_sample=False, pad_token_id=0, eos_token_id=None
+            torch.tensor([p], device=model.device),
+            max_new_tokens=b,
+            min_new_tokens=b,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
         )
         produced += out.shape[1] - len(p)
     return produced / (time.perf_counter() - start)
@@ -102,8 +110,8 @@ def bench_hf_batched(model, prompts, budgets, batch: int) -> float:
     for s in range(0, len(prompts), batch):
         ps, bs = prompts[s : s + batch], budgets[s : s + batch]
         width = max(len(p) for p in ps)
-        ids = torch.tensor([[0] * (width - len(p)) + p for p in ps])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps])
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in ps], device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ps], device=model.device)
         model.generate(
             ids,
             attention_mask=mask,
@@ -117,7 +125,7 @@ def bench_hf_batched(model, prompts, budgets, batch: int) -> float:
     return produced / (time.perf_counter() - start)
 
 
-def bench_http(model_dir: str, prompts, budgets, levels: list[int], threads: int) -> dict[int, float]:
+def bench_http(model_dir: str, prompts, budgets, levels: list[int], threads: int, device="cpu", dtype="float32"):
     from prl.client import InferenceHTTPClient
     from prl.types import Sampling
 
@@ -127,8 +135,9 @@ def bench_http(model_dir: str, prompts, budgets, levels: list[int], threads: int
         "server": {"port": 0},
         "backend": {
             "type": "torch",
-            "device": "cpu",
-            "max_batch_size": 64,
+            "device": device,
+            "dtype": dtype,
+            "max_batch_size": max(64, *levels),
             "num_threads": threads,
             "ready_file": str(work / "ready"),
         },
@@ -174,6 +183,8 @@ def main() -> None:
     parser.add_argument("--levels", default="1,16,64")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for every contender")
     parser.add_argument("--no-http", action="store_true", help="skip the HTTP server measurement")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda, for every contender")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     torch.set_num_threads(args.threads)
@@ -185,7 +196,7 @@ def main() -> None:
 
         model_dir = str(make_model(Path(tempfile.mkdtemp(prefix="prl-bench-model-")) / "tiny", preset="tiny", seed=0))
     # the engine never ends on EOS here; ignore_eos in the engine and eos_token_id=None in generate
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype)).to(args.device).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     vllm_bench = None
     if importlib.util.find_spec("vllm") and (Path(__file__).parent / "_vllm_bench.py").exists():
@@ -196,13 +207,14 @@ def main() -> None:
     http = {}
     if not args.no_http:
         prompts, budgets = workload(tokenizer, max(8, 2 * max(levels)))
-        http = bench_http(model_dir, prompts, budgets, levels, args.threads)
+        http = bench_http(model_dir, prompts, budgets, levels, args.threads, args.device, args.dtype)
     rows = []
     with torch.no_grad():
         for c in levels:
             prompts, budgets = workload(tokenizer, max(8, 2 * c))
-            eng = bench_engine(model_dir, tokenizer, prompts, budgets, c)
-            seq = bench_hf_sequential(model, prompts, budgets)
+            eng = bench_engine(model_dir, tokenizer, prompts, budgets, c, args.device, args.dtype)
+            # a rate: 16 requests one at a time measure it as well as all of them would
+            seq = bench_hf_sequential(model, prompts[:16], budgets[:16])
             bat = bench_hf_batched(model, prompts, budgets, c)
             vl = vllm_bench.run(model_dir, prompts, budgets, c) if vllm_bench else None
             rows.append((c, eng, http.get(c), seq, bat, vl))

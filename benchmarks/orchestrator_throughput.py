@@ -126,7 +126,10 @@ class InstantWeights:
             self.published = version
             self.cond.notify_all()
 
-    def receive(self, version, timeout):
+    async def connect(self, client):
+        pass
+
+    def receive(self, version, timeout, load=True):
         with self.cond:
             if not self.cond.wait_for(lambda: self.published >= version, timeout):
                 raise TimeoutError(version)

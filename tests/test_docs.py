@@ -87,7 +87,9 @@ _DOCS_CITE = re.compile(r"\bdocs/([\w./-]+?\.md)\b")
 # "spec ``file.md``", "(spec §N", "(spec: ...", "the spec's", and the spec's file names.
 _SPEC_FILES = "cli-and-config|rl-loop|runs-and-artifacts|sft-eval-dashboard"
 _SPEC_CITE = re.compile(
-    rf"\bspec/|\bspec\s+`*[\w.-]+\.md|\bspec\s*§|\(spec(?:[\s:§]|$)|\bspec's\b|(?<![\w/-])(?:{_SPEC_FILES})(?:\.md)?\b"
+    # "(spec: Type)" / "(spec: Type, ..." is a parameter annotation, not a citation.
+    rf"\bspec/|\bspec\s+`*[\w.-]+\.md|\bspec\s*§|\(spec(?:[\s§]|:(?!\s*[A-Z]\w*[,)\]])|$)|\bspec's\b"
+    rf"|(?<![\w/-])(?:{_SPEC_FILES})(?:\.md)?\b"
 )
 
 

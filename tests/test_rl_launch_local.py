@@ -50,12 +50,31 @@ def _rl_toml(tmp_path):
     return toml
 
 
+VLLM = [
+    *("--inference.backend.type", "vllm", "--inference.backend.dtype", "float32"),
+    *("--inference.backend.enforce-eager", "--inference.backend.gpu-memory-utilization", "0.3"),
+    *("--inference.env-vars", '{"VLLM_CPU_KVCACHE_SPACE": "1"}'),
+]
+
+
 @pytest.mark.slow
-def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("transport", "weights", "backend"),
+    [
+        ("filesystem", "filesystem", []),
+        ("zmq", "nccl", []),
+        pytest.param("filesystem", "nccl", VLLM, marks=pytest.mark.vllm, id="vllm-nccl"),
+    ],
+)
+def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys, transport, weights, backend):
     from prl.cli.commands import cmd_rl
 
     toml = _rl_toml(tmp_path)
-    code = cmd_rl(["@", str(toml), "--run.name", "e2e"])
+    # Ports 0: prl rl picks free ones and tells every component (batches over zmq, weights
+    # over the nccl transport's group, gloo on CPU).
+    flags = ["--rollout-transport.type", transport, "--rollout-transport.port", "0"]
+    flags += ["--weight-broadcast.type", weights, *(["--weight-broadcast.port", "0"] if weights == "nccl" else [])]
+    code = cmd_rl(["@", str(toml), "--run.name", "e2e", *flags, *backend])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     assert "[orchestrator] Step 2 |" in out.out and "[trainer] Step 2 |" in out.out
@@ -72,6 +91,14 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys):
     # The final checkpoint is complete: the trainer's DCP part and the orchestrator's part.
     final = run_dir / "checkpoints" / "step_2"
     assert (final / "trainer" / "COMPLETE").exists() and (final / "orchestrator" / "COMPLETE").exists()
+    # Batches went over the socket under zmq, through batches/ under filesystem; weights
+    # went as files only under filesystem (nccl leaves the handshake's markers alone).
+    assert (run_dir / "batches").exists() == (transport == "filesystem")
+    files = list((run_dir / "broadcasts").rglob("*.safetensors"))
+    assert bool(files) == (weights == "filesystem")
+    if weights == "nccl":
+        log = (logs / "orchestrator.log").read_text()
+        assert "inference now serves policy version 2" in log
 
 
 @pytest.mark.slow

@@ -20,10 +20,11 @@ def hf_cache(tmp_path_factory, monkeypatch):
     cache = tmp_path_factory.mktemp("hf-hub")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
 
-    def add(name: str) -> None:
+    def add(name: str, mapped: bool = True) -> None:
         snapshot = cache / f"models--{name.replace('/', '--')}" / "snapshots" / "0"
         snapshot.mkdir(parents=True, exist_ok=True)
-        (snapshot / "config.json").write_text("{}")
+        # mapped to a renderer, as a real model must be for the default renderer `auto`
+        (snapshot / "config.json").write_text('{"prl_renderer": "default"}' if mapped else "{}")
 
     for name in ("Qwen/Qwen3-0.6B", "org/Tiny-Model"):
         add(name)

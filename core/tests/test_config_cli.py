@@ -137,6 +137,14 @@ def test_shared_fields_fill_components(fake_plugins):
     assert rl(["--seq-len", "512", "--trainer.model.seq-len", "512"]).orchestrator.seq_len == 512
 
 
+def test_rollout_transport_reaches_trainer_and_orchestrator(fake_plugins):
+    cfg = rl(["--rollout-transport.type", "zmq", "--rollout-transport.port", "6001"])
+    for side in (cfg.trainer, cfg.orchestrator):
+        assert (side.rollout_transport.type, side.rollout_transport.port) == ("zmq", 6001)
+    with pytest.raises(ConfigError, match="rollout_transport.type='zmq' vs trainer.rollout_transport.type"):
+        rl(["--rollout-transport.type", "zmq", "--trainer.rollout-transport.type", "filesystem"])
+
+
 def test_output_dir_env(monkeypatch, fake_plugins):
     monkeypatch.setenv("PRL_OUTPUT_DIR", "/tmp/prl-out-test")
     assert rl([]).output_dir == Path("/tmp/prl-out-test")

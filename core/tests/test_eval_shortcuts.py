@@ -17,7 +17,8 @@ def _resolved(out_dir) -> dict:
 
 def test_shortcuts_fill_one_source_and_the_run_settings(fake_plugins, tmp_path):
     argv = ["eval", "fake-tasks", "-n", "5", "-r", "3", "-m", "models/tiny", "-c", "4", "-s"]
-    argv += ["-o", str(tmp_path), "--env.taskset.size", "7", "--dry-run"]
+    # models/tiny is not on this machine: the auto renderer could not map it, so name one
+    argv += ["-o", str(tmp_path), "--env.taskset.size", "7", "--renderer.name", "default", "--dry-run"]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     cfg = _resolved(tmp_path)

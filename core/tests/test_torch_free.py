@@ -30,6 +30,8 @@ def test_rl_dry_run_is_torch_free(tmp_path):
     # the model must exist before a dry run; only its directory is looked at, never loaded
     model = tmp_path / "model"
     model.mkdir()
+    # the marker `prl model init` writes, which the default renderer `auto` checks at dry-run
+    (model / "config.json").write_text('{"prl_renderer": "qwen3"}')
     out = _run(f"""
         import sys
         from prl.cli.main import main

@@ -95,3 +95,56 @@ def test_kwargs_are_checked_against_the_signature(loss_file):
 def test_wrong_return_type_is_reported(loss_file):
     with pytest.raises(TypeError, match="returned str"):
         _build(f"{loss_file}:not_a_loss")(_inputs())
+
+
+PER_SAMPLE = """
+import torch
+from prl.contracts.loss import LossOutputs
+
+CALLS = []
+
+def weighted(inputs):
+    CALLS.append(len(inputs.trainer_logprobs))
+    per_token = -inputs.loss_weights * inputs.advantages * inputs.trainer_logprobs * inputs.loss_mask
+    return LossOutputs(loss=per_token, metrics={"tokens": torch.tensor(float(len(per_token)))})
+"""
+
+
+def test_called_once_per_packed_sample_with_loss_weights(tmp_path):
+    path = tmp_path / "per_sample.py"
+    path.write_text(textwrap.dedent(PER_SAMPLE))
+    loss = _build(f"{path}:weighted")
+    logp = torch.tensor([-1.0, -2.0, -3.0], dtype=torch.float64, requires_grad=True)
+    inputs = LossInputs(
+        trainer_logprobs=logp,
+        inference_logprobs=torch.tensor([-1.0, -2.0, -3.0], dtype=torch.float64),
+        advantages=torch.tensor([1.0, 1.0, -2.0], dtype=torch.float64),
+        loss_mask=torch.tensor([True, True, True]),
+        rl_weights=torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64),
+        seq_lens=[2, 1],
+    )
+    assert inputs.loss_weights is inputs.rl_weights
+    out = loss(inputs)
+    assert loss.fn.__globals__["CALLS"] == [2, 1]  # one call per sample, with its own tokens
+    # -(1*1*-1) - (.5*1*-2) - (2*-2*-3) = 1 + 1 - 12
+    assert float(out.loss.sum()) == pytest.approx(-10.0)
+    out.loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([-1.0, -0.5, 4.0])
+    assert float(out.metrics["tokens"]) == pytest.approx(1.5)  # mean over the two samples
+
+
+def test_a_packed_sample_without_rl_tokens_is_not_handed_to_the_function(tmp_path):
+    path = tmp_path / "per_sample.py"
+    path.write_text(textwrap.dedent(PER_SAMPLE))
+    loss = _build(f"{path}:weighted")
+    inputs = LossInputs(
+        trainer_logprobs=torch.tensor([-1.0, -2.0, -3.0], dtype=torch.float64, requires_grad=True),
+        inference_logprobs=torch.zeros(3, dtype=torch.float64),
+        advantages=torch.ones(3, dtype=torch.float64),
+        loss_mask=torch.tensor([False, True, True]),
+        rl_weights=torch.ones(3, dtype=torch.float64),
+        seq_lens=[1, 2],
+    )
+    out = loss(inputs)
+    assert loss.fn.__globals__["CALLS"] == [2]
+    assert float(out.loss.sum()) == pytest.approx(5.0)

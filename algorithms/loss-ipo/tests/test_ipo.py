@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from prl_loss_common import abs_prob_diff
+from prl_loss_ipo import loss as loss_module
 from prl_loss_ipo.loss import IPOLoss
 from pydantic import ValidationError
 
@@ -28,6 +29,20 @@ def _inputs(**over):
 
 def _loss(**cfg):
     return IPOLoss(IPOLoss.Config(**cfg))
+
+
+@pytest.fixture(autouse=True)
+def _replay_available(request, monkeypatch):
+    """The score-centering maths is tested as it will run once the trainer replays sampling."""
+    if "score_centering" in request.node.name and "rejected" not in request.node.name:
+        monkeypatch.setattr(loss_module, "SAMPLING_REPLAY", True)
+
+
+def test_score_centering_is_rejected_at_config_time_while_replay_is_unavailable():
+    with pytest.raises(ValidationError) as err:
+        IPOLoss.Config(score_centering=True)
+    assert "trainer.loss.score_centering = true needs sampling replay" in str(err.value)
+    assert IPOLoss.Config(score_centering=False).score_centering is False
 
 
 def test_registered_as_ipo_with_spec_defaults():

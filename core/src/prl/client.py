@@ -16,6 +16,8 @@ Wire format (what every backend serves; ``prl.testing.inference_contract`` check
   null for the first token.
 * ``POST /update_weights {"weight_dir", "version"?}`` answers ``{"version": int}``;
   ``/pause``, ``/resume`` and ``/load_lora_adapter {lora_name, lora_path}`` answer 200.
+  ``weight_dir`` null means the weights arrive through the broadcast group the server
+  joined on ``POST /init_broadcaster`` (the nccl weight transport).
 """
 
 from __future__ import annotations
@@ -218,6 +220,12 @@ class InferenceHTTPClient:
         if not isinstance(got, int):
             raise InferenceError("server did not say which version it now serves")
         return got
+
+    async def init_broadcaster(self, body: dict[str, Any]) -> None:
+        """Ask the server to join the trainer's weight-broadcast group (``host``, ``port``,
+        ``rank_offset``, ``inference_world_size``, ``timeout``, ``backend``); it answers at once
+        and joins in the background."""
+        await self._post("/init_broadcaster", body)
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         await self._post("/load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path})

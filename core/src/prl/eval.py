@@ -8,9 +8,10 @@ top-level one). With ``r_ij`` the reward of rollout ``j`` of example ``i`` (n ex
 * ``pass@k = mean_i 1[max_j r_ij >= 1]``: an example passes when one of its k rollouts
   earns full reward (the unbiased estimator with k = n samples reduces to this).
 
-Rollouts of all sources share one in-flight bound, ``concurrency.max_inflight`` (eval
-pins the band; with min < max the upper end is used). Failed or timed-out rollouts count
-with reward 0 and are reported under ``has_error`` and
+Rollouts of all sources share one in-flight limit between ``concurrency.min_inflight`` and
+``max_inflight``: eval pins the band by default (a fixed limit); with min < max the limit
+adapts to throughput as the orchestrator's does (:mod:`prl.orchestrator.concurrency`).
+Failed or timed-out rollouts count with reward 0 and are reported under ``has_error`` and
 ``is_timeout``. Metrics go to every enabled monitor as one row per source, ``producer =
 "eval"``: ``eval/<env>/avg@k``, ``eval/<env>/pass@k``,
 ``eval/<env>/all/<agent>/{reward,is_truncated,has_error}/mean``,
@@ -43,6 +44,8 @@ from prl.config.roots import EvalConfig
 from prl.contracts.monitor import build_monitors
 from prl.evalstats import rollout_record, summarize, trace_records
 from prl.fsutil import write_atomic
+from prl.logs import FILE_ONLY, setup_logging
+from prl.orchestrator.concurrency import AdaptiveGate
 from prl.orchestrator.evals import eval_sampling
 from prl.types import Sampling, Trace
 
@@ -148,7 +151,10 @@ def _reset_results(path: Path, done: dict[str, list[dict[str, Any]]]) -> None:
 class _Evaluator:
     def __init__(self, config: EvalConfig, run_dir: Path, progress: Progress, monitors: list) -> None:
         self.config, self.run_dir, self.progress, self.monitors = config, run_dir, progress, monitors
-        self.inflight = asyncio.Semaphore(config.concurrency.max_inflight)
+        # The orchestrator's AIMD controller: a pinned band (the default) is a fixed limit,
+        # min < max lets the limit follow the server's throughput.
+        band = config.concurrency
+        self.gate = AdaptiveGate(band.min_inflight, band.max_inflight)
 
     async def run_source(self, run: _SourceRun, client: Any, renderer: Any, bar: Any, bar_id: Any) -> None:
         results = self.run_dir / "results" / f"{run.name}.jsonl"
@@ -157,8 +163,7 @@ class _Evaluator:
         bar.update(bar_id, completed=len(run.tasks) - len(pending))
 
         async def one(task: Any) -> Trace:
-            async with self.inflight:
-                return await run.env.rollout(task, client, renderer, run.sampling, 0)
+            return await self.gate.run(lambda: run.env.rollout(task, client, renderer, run.sampling, 0))
 
         async def group(task: Any) -> None:
             traces = await asyncio.gather(*(one(task) for _ in range(run.k)))
@@ -265,15 +270,16 @@ def _report(
             code = 1
             line += f" | stopped early: {r.failure}"
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+        log.info(line, extra=FILE_ONLY)
     return code
 
 
-def run_eval(config: EvalConfig, run_dir: Path) -> int:
-    """Evaluate every source of ``config`` once; results and metrics land in ``run_dir``."""
+def run_eval(config: EvalConfig, run_dir: Path, log_file: Path | None = None) -> int:
+    """Evaluate every source of ``config`` once; results and metrics land in ``run_dir``,
+    log lines also in ``log_file`` (``logs/attempt_N/eval.log`` under ``prl eval``)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.log, log_file)
     # One line per request would drown the progress bars; failures are still reported.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     return asyncio.run(_run(config, run_dir))

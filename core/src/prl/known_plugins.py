@@ -8,6 +8,13 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     # distribution: (folder in the repository, {kind: tags})
     "prl-algo-grpo": ("algorithms/grpo", {"algorithms": ("grpo",)}),
     "prl-algo-max-rl": ("algorithms/max-rl", {"algorithms": ("max_rl",)}),
+    "prl-algo-opd": ("algorithms/opd", {"algorithms": ("opd",)}),
+    "prl-algo-sft": ("algorithms/sft", {"algorithms": ("sft",)}),
+    "prl-algo-opsd": ("algorithms/opsd", {"algorithms": ("opsd",)}),
+    "prl-algo-rae": ("algorithms/rae", {"algorithms": ("rae",)}),
+    "prl-algo-hierarchical-grpo": ("algorithms/hierarchical-grpo", {"algorithms": ("hierarchical_grpo",)}),
+    "prl-algo-echo": ("algorithms/echo", {"algorithms": ("echo",)}),
+    "prl-algo-debug": ("algorithms/debug", {"algorithms": ("debug",)}),
     "prl-loss-ipo": ("algorithms/loss-ipo", {"losses": ("ipo",)}),
     "prl-loss-icepop": ("algorithms/loss-icepop", {"losses": ("icepop",)}),
     "prl-loss-ppo": ("algorithms/loss-ppo", {"losses": ("ppo",)}),
@@ -17,6 +24,7 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "prl-monitor-console": ("monitors/console", {"monitors": ("console",)}),
     "prl-monitor-wandb": ("monitors/wandb", {"monitors": ("wandb",)}),
     "prl-weights-filesystem": ("plugins/weights-filesystem", {"weight_transports": ("filesystem",)}),
+    "prl-weights-nccl": ("plugins/weights-nccl", {"weight_transports": ("nccl",)}),
     "prl-launcher-local": ("launchers/local", {"launchers": ("local",)}),
     "prl-launcher-slurm": ("launchers/slurm", {"launchers": ("slurm",)}),
     "prl-inference-torch": ("plugins/inference-torch", {"inference_backends": ("torch",)}),
@@ -40,4 +48,5 @@ def install_hint(kind: str, tag: object) -> str:
     dist = KNOWN_PROVIDERS.get((kind, tag)) if isinstance(tag, str) else None
     if dist is None:
         return ""
-    return f"; install the distribution '{dist}' (pip install -e <repo>/{KNOWN_FOLDERS.get(dist, dist)})"
+    checkout = f"pip install -e <repo>/{KNOWN_FOLDERS.get(dist, dist)} from a checkout"
+    return f"; install the distribution '{dist}' (pip install {dist}, or {checkout})"

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prl.logs import setup_logging
+
 if TYPE_CHECKING:
     from prl.config.roots import SFTConfig
     from prl.config.sft_eval import SFTEvalConfig
@@ -44,13 +46,13 @@ def scores_start(config: SFTEvalConfig, start: int) -> bool:
     return config.retrigger_on_resume if start > 0 else not config.skip_first_step
 
 
-async def _receive(transport: Any, version: int) -> str | None:
+async def _receive(transport: Any, version: int, load: bool) -> str | None:
     """Wait for ``version`` as long as it takes: the launcher ends this process when the
     trainer dies, and a slow trainer step is not an error."""
     said = time.monotonic()
     while True:
         try:
-            return await asyncio.to_thread(transport.receive, version, POLL_S)
+            return await asyncio.to_thread(transport.receive, version, POLL_S, load)
         except TimeoutError:
             if time.monotonic() - said >= SAY_EVERY_S:
                 said = time.monotonic()
@@ -82,7 +84,7 @@ async def follow(config: SFTConfig, run_dir: Path, evaluator: Any, client: Any, 
     served = 0 if start == 0 else None
     running: tuple[int, asyncio.Task] | None = None
     for version in plan["versions"]:
-        weight_dir = await _receive(transport, version)
+        weight_dir = await _receive(transport, version, load=version != served)
         if running is not None:
             await _settle(running[1], running[0], config.eval.cancel_on_new_checkpoint)
             running = None
@@ -115,6 +117,7 @@ async def _main(config: SFTConfig, run_dir: Path) -> int:
         await client.wait_ready(timeout=ev.client.timeout)
         await evaluator.start()
         transport = config.weight_broadcast.build(run_dir=run_dir)
+        await transport.connect(client)
         return await follow(config, run_dir, evaluator, client, transport)
     finally:
         await evaluator.close()
@@ -129,8 +132,7 @@ def run_online_eval(config: SFTConfig, run_dir: Path) -> int:
         from prl.config.errors import ConfigError
 
         raise ConfigError("eval: prl online-eval needs an [eval] section with [[eval.source]] blocks")
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.log)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

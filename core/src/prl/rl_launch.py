@@ -56,11 +56,13 @@ def prepare_scratch(run_dir: Path, step: int | None) -> None:
 
 
 def build_processes(
-    config: RLConfig, run_dir: Path, attempt_config_dir: Path, attempt_log_dir: Path
+    config: RLConfig, run_dir: Path, attempt_config_dir: Path, attempt_log_dir: Path, clear_scratch: bool = True
 ) -> list[ProcessSpec]:
-    """The children of one ``prl rl`` attempt, services first; clears scratch directories."""
+    """The children of one ``prl rl`` attempt, services first; clears scratch directories
+    (not for a dry run, which only renders the plan)."""
     run_dir, resolved, logs = Path(run_dir), Path(attempt_config_dir) / "resolved", Path(attempt_log_dir)
-    prepare_scratch(run_dir, resume_step(config, run_dir))
+    if clear_scratch:
+        prepare_scratch(run_dir, resume_step(config, run_dir))
     common = child_env(config, run_dir, attempt_config_dir, attempt_log_dir)
     out: list[ProcessSpec] = []
     if config.inference is not None:

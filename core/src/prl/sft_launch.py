@@ -41,20 +41,24 @@ def _resume_step(config: SFTConfig, run_dir: Path) -> int | None:
 
 
 def build_processes(
-    config: SFTConfig, run_dir: Path, attempt_config_dir: Path, attempt_log_dir: Path
+    config: SFTConfig, run_dir: Path, attempt_config_dir: Path, attempt_log_dir: Path, clear_scratch: bool = True
 ) -> list[ProcessSpec]:
-    """The children of one ``prl sft`` attempt with online eval, services first."""
+    """The children of one ``prl sft`` attempt, services first: with online eval as above;
+    without it only the trainer (for a launcher that submits jobs, ``LauncherConfig.submits``).
+    A dry run (``clear_scratch=False``) leaves the run's scratch as it is."""
     run_dir, logs = Path(run_dir), Path(attempt_log_dir)
     resolved = Path(attempt_config_dir) / "resolved"
-    layout.clear_scratch(run_dir, _resume_step(config, run_dir))
-    clear_plan(run_dir)
+    if clear_scratch:
+        layout.clear_scratch(run_dir, _resume_step(config, run_dir))
+        clear_plan(run_dir)
     common = child_env(config, run_dir, attempt_config_dir, attempt_log_dir)
     out: list[ProcessSpec] = []
     if config.inference is not None:
         out.append(inference_process(config.inference, resolved, logs, common))
     sft_json = str(resolved / "sft.json")
-    evaluator = [sys.executable, "-m", "prl", "online-eval", "@", sft_json]
-    out.append(ProcessSpec("online-eval", evaluator, logs / "eval.log", dict(common), role="eval"))
+    if config.eval is not None:
+        evaluator = [sys.executable, "-m", "prl", "online-eval", "@", sft_json]
+        out.append(ProcessSpec("online-eval", evaluator, logs / "eval.log", dict(common), role="eval"))
     trainer = [sys.executable, "-m", "prl", "sft-trainer", "@", sft_json]
     out.append(ProcessSpec("trainer", trainer, logs / "trainer.log", dict(common), role="trainer"))
     return out

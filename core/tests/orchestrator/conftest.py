@@ -154,7 +154,10 @@ class MemoryWeights:
             self.published.add(version)
             self.cond.notify_all()
 
-    def receive(self, version, timeout):
+    async def connect(self, client):
+        pass
+
+    def receive(self, version, timeout, load=True):
         with self.cond:
             if not self.cond.wait_for(lambda: version in self.published, timeout):
                 raise TimeoutError(f"version {version}")

@@ -58,7 +58,7 @@ def test_ships_every_step_with_all_fields(make_config, tmp_path, kit, capsys):
     assert "Step 1 |" in out and "| Reward " in out and "Step 3 |" in out
 
 
-def test_never_ships_more_than_two_ahead_of_the_policy(make_config, tmp_path, kit):
+def test_never_ships_more_than_two_ahead_of_the_policy(make_config, tmp_path, kit, monkeypatch):
     config = make_config(max_steps=5)
     weights = kit.MemoryWeights()
     shipped_at: dict[int, int] = {}
@@ -66,22 +66,26 @@ def test_never_ships_more_than_two_ahead_of_the_policy(make_config, tmp_path, ki
 
     import prl.orchestrator.loop as loop_mod
 
-    real_write = loop_mod.write_batch
+    real_open = loop_mod.open_sender
 
-    def spy(run_dir, step, ranks):
-        shipped_at[step] = orch_holder["o"].follower.version
-        return real_write(run_dir, step, ranks)
+    def spy_open(cfg, run_dir):
+        sender = real_open(cfg, run_dir)
+        real_send = sender.send
 
-    loop_mod.write_batch = spy
-    try:
-        trainer = kit.FakeTrainer(tmp_path, weights, 5, step_time=0.05)
-        trainer.start()
-        orch = _orchestrator(config, tmp_path, kit, weights=weights)
-        orch_holder["o"] = orch
-        asyncio.run(asyncio.wait_for(orch.run(), 60))
-        trainer.join(10)
-    finally:
-        loop_mod.write_batch = real_write
+        def send(step, ranks):
+            shipped_at[step] = orch_holder["o"].follower.version
+            return real_send(step, ranks)
+
+        sender.send = send
+        return sender
+
+    monkeypatch.setattr(loop_mod, "open_sender", spy_open)
+    trainer = kit.FakeTrainer(tmp_path, weights, 5, step_time=0.05)
+    trainer.start()
+    orch = _orchestrator(config, tmp_path, kit, weights=weights)
+    orch_holder["o"] = orch
+    asyncio.run(asyncio.wait_for(orch.run(), 60))
+    trainer.join(10)
     assert sorted(shipped_at) == [1, 2, 3, 4, 5]
     for step, version in shipped_at.items():
         assert version >= step - 2, (step, version)

@@ -8,7 +8,7 @@ purpose (echo's ce on env tokens does, by writing its own ce weights).
 
 from __future__ import annotations
 
-from prl.types import Trace
+from prl.types import Branch, Trace
 
 
 def sampled_tokens(trace: Trace) -> int:
@@ -28,8 +28,13 @@ def assign(trace: Trace, advantage: float, rl_weight: float = 1.0) -> None:
     algorithm with the four token-aligned lists the trainer expects.
     """
     for branch in trace.branches:
-        mask = branch.sampled_mask
-        branch.advantages = [advantage if s else 0.0 for s in mask]
-        branch.rl_weights = [rl_weight if s else 0.0 for s in mask]
-        branch.ce_weights = [0.0] * len(mask)
-        branch.ref_kl_weights = [0.0] * len(mask)
+        assign_branch(branch, advantage, rl_weight)
+
+
+def assign_branch(branch: Branch, advantage: float, rl_weight: float = 1.0) -> None:
+    """:func:`assign` for one branch (per-agent algorithms give each agent's branches their own)."""
+    mask = branch.sampled_mask
+    branch.advantages = [advantage if s else 0.0 for s in mask]
+    branch.rl_weights = [rl_weight if s else 0.0 for s in mask]
+    branch.ce_weights = [0.0] * len(mask)
+    branch.ref_kl_weights = [0.0] * len(mask)

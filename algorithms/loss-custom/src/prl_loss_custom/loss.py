@@ -5,12 +5,15 @@ keyword arguments:
 
     def my_loss(inputs: prl.contracts.loss.LossInputs, **kwargs) -> LossOutputs: ...
 
-``inputs`` holds 1-D tensors for one micro-batch: ``trainer_logprobs`` (the only ones with
-gradient), ``inference_logprobs``, ``ref_logprobs`` (or None), ``advantages``,
+The function is called once per training sample (a packed micro-batch is split on its
+``seq_lens``). ``inputs`` holds that sample's 1-D tensors: ``trainer_logprobs`` (the only
+ones with gradient), ``inference_logprobs``, ``ref_logprobs`` (or None), ``advantages``,
 ``loss_mask`` (already narrowed by the trainer to the rl tokens: rl weight ≠ 0) and
-``rl_weights``. The function returns ``LossOutputs(loss, metrics)``: ``loss`` per token (or
-its sum), multiplied by the rl weight and not normalised; the trainer divides the step's
-total by the global sum of rl weights. A bare tensor is accepted as ``loss`` with no metrics.
+``loss_weights`` (the rl weights; also reachable as ``rl_weights``). The function returns
+``LossOutputs(loss, metrics)``: ``loss`` per token (or its sum), multiplied by the rl weight
+and not normalised; the trainer divides the step's total by the global sum of rl weights.
+A bare tensor is accepted as ``loss`` with no metrics. Over a micro-batch the samples'
+losses are summed and each metric is averaged over the samples that report it.
 
 The function is imported when the loss is built (in the trainer), and the kwargs are
 checked against its signature then, so a typo fails at start-up, not at the first step.
@@ -18,6 +21,7 @@ checked against its signature then, so a typo fails at start-up, not at the firs
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, ClassVar, Literal
 
@@ -60,6 +64,20 @@ class CustomLoss(Loss):
             pass
 
     def __call__(self, inputs: LossInputs) -> LossOutputs:
+        """Call the function once per packed sample; sum the losses, average the metrics."""
+        # Samples without rl tokens add nothing and would hand the function empty selections.
+        samples = [x for x in split_samples(inputs) if bool(x.loss_mask.any())] or [inputs]
+        outs = [self._one(sample) for sample in samples]
+        if len(outs) == 1:
+            return outs[0]
+        loss = sum(out.loss.sum() for out in outs)
+        metrics = {}
+        for name in {name for out in outs for name in out.metrics}:
+            values = [out.metrics[name].float().mean() for out in outs if name in out.metrics]
+            metrics[name] = sum(values) / len(values)
+        return LossOutputs(loss=loss, metrics=metrics)
+
+    def _one(self, inputs: LossInputs) -> LossOutputs:
         out = self.fn(inputs, **self.config.kwargs)
         if isinstance(out, LossOutputs):
             return out
@@ -69,3 +87,16 @@ class CustomLoss(Loss):
             f"import_path '{self.config.import_path}' returned {type(out).__name__}; "
             "expected LossOutputs(loss, metrics) or a tensor"
         )
+
+
+def split_samples(inputs: LossInputs) -> list[LossInputs]:
+    """One ``LossInputs`` per sample of a packed micro-batch (``seq_lens``), views not copies;
+    the inputs themselves when they hold one sample."""
+    if not inputs.seq_lens or len(inputs.seq_lens) == 1:
+        return [inputs]
+    parts: dict[str, Any] = {}
+    for f in dataclasses.fields(inputs):
+        value = getattr(inputs, f.name)
+        if f.name != "seq_lens" and value is not None:
+            parts[f.name] = value.split(inputs.seq_lens)
+    return [LossInputs(**{name: chunks[i] for name, chunks in parts.items()}) for i in range(len(inputs.seq_lens))]

@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from prl_loss_common import abs_prob_diff, capped_ratio, mismatch_metrics, rl_tokens, zero_where
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl.lazy import lazy_import
@@ -39,6 +39,11 @@ from prl.lazy import lazy_import
 if TYPE_CHECKING:
     from torch import Tensor
 torch = lazy_import("torch")  # registry loads must stay torch-free
+
+# Whether the trainer replays truncated sampling (sampling_mask → the mask logprobs that
+# score centering reads). Until it does, score_centering is a config error, not a failure at
+# the first step.
+SAMPLING_REPLAY = False
 
 
 class IPOLoss(Loss):
@@ -59,7 +64,19 @@ class IPOLoss(Loss):
         adv_tau: float = 1.0
         """Multiplier on the advantage."""
         score_centering: bool = False
-        """Subtract the sampler-expected weighted score; requires truncated sampling."""
+        """Subtract the sampler-expected weighted score; requires truncated sampling and
+        sampling replay in the trainer (rejected while the trainer has none)."""
+
+        @field_validator("score_centering")
+        @classmethod
+        def _needs_replay(cls, value: bool) -> bool:
+            if value and not SAMPLING_REPLAY:
+                raise ValueError(
+                    "trainer.loss.score_centering = true needs sampling replay (the trainer renormalising "
+                    "logprobs over the sampler's top-k/top-p set), which the trainer does not have yet; "
+                    "set score_centering = false"
+                )
+            return value
 
     config: Config
 

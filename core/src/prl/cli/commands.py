@@ -16,8 +16,9 @@ from pydantic import BaseModel
 from prl.cli.errors import MissingMachinery
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
-from prl.config.model_paths import check_models, models_of
+from prl.config.model_paths import check_models, check_renderers, models_of
 from prl.config.resolve import Resolved, resolve
+from prl.logs import LOG_FILE_ENV
 from prl.plugins import TRAINERS, Kind, PluginError, get_registry
 from prl.runs import RunPaths, generate_name, prepare_run, run_dir_of
 
@@ -75,6 +76,12 @@ def _prepare(entry: str, cfg, res: Resolved, resolved: dict, rl: bool = False) -
     return paths
 
 
+def _export_env_vars(cfg) -> None:
+    """``env_vars`` of a command that runs in this process: set here, so that this process
+    and everything it starts (torchrun ranks, env servers) see them."""
+    os.environ.update({k: str(v) for k, v in cfg.env_vars.items()})
+
+
 def _dry_run_done(paths: RunPaths) -> int:
     print(f"Dry run complete: configs written to {paths.config_dir}. Remove --dry-run to launch.")
     return 0
@@ -98,6 +105,28 @@ def _pin_inference_port(inference) -> bool:
     return True
 
 
+def _pin_rollout_port(trainer, orchestrator) -> None:
+    """``rollout_transport.port = 0`` (zmq) means any free port: pick it before launch and
+    give trainer and orchestrator the same one."""
+    transport = orchestrator.rollout_transport
+    if transport.type != "zmq" or transport.port != 0:
+        return
+    from prl.orchestrator.transport_zmq import LOOPBACK
+    from prl.serving import free_port
+
+    port = free_port("127.0.0.1" if transport.host in LOOPBACK else "0.0.0.0")
+    transport.port = trainer.rollout_transport.port = port
+
+
+def _bind_weight_transport(cfg, inference, components) -> None:
+    """Let the weight transport size itself for this run's inference workers, then hand
+    every component the same settings (ports picked here, not once per process)."""
+    workers = inference.backend.worker_count() if inference is not None else 1
+    cfg.weight_broadcast.bind_run(workers)
+    for component in components:
+        component.weight_broadcast = cfg.weight_broadcast.model_copy()
+
+
 def cmd_rl(argv: list[str]) -> int:
     from prl.config.roots import RLConfig
 
@@ -107,11 +136,14 @@ def cmd_rl(argv: list[str]) -> int:
     res.parsed_argv = argv
     cfg = res.config
     check_models(models_of(cfg, res.merged))
+    check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
     client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
     _pin_inference_port(cfg.inference)
+    _pin_rollout_port(cfg.trainer, cfg.orchestrator)
+    _bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])
     if cfg.inference is not None and not client_set:
         cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
@@ -124,14 +156,23 @@ def cmd_rl(argv: list[str]) -> int:
         for source in sources:
             resolved[f"envs/{split}/{source.name}"] = source
     paths = _prepare("rl", cfg, res, resolved, rl=True)
-    if cfg.dry_run:
+    if cfg.dry_run and not cfg.deployment.submits:
         return _dry_run_done(paths)
     try:
         from prl.rl_launch import build_processes
     except ImportError as exc:
         raise MissingMachinery(f"the RL launch plan (prl.rl_launch) is not available: {exc}") from None
-    processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
-    return cfg.deployment.build(run_dir=paths.run_dir).launch(processes)
+    processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir, clear_scratch=not cfg.dry_run)
+    return _launch(cfg, paths, processes)
+
+
+def _launch(cfg, paths: RunPaths, processes: list) -> int:
+    """Hand the plan to the ``[deployment]`` launcher; a dry run only renders it there."""
+    launcher = cfg.deployment.build(run_dir=paths.run_dir, root=cfg)
+    if cfg.dry_run:
+        launcher.dry_run(processes)
+        return _dry_run_done(paths)
+    return launcher.launch(processes)
 
 
 def cmd_sft(argv: list[str]) -> int:
@@ -143,30 +184,41 @@ def cmd_sft(argv: list[str]) -> int:
     res.parsed_argv = argv
     cfg = res.config
     check_models(models_of(cfg, res.merged))
+    check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
-    trainer_cls = None if cfg.dry_run else _plugin(TRAINERS, cfg.trainer_type)
+    submits = cfg.deployment.submits
+    trainer_cls = None if cfg.dry_run or submits else _plugin(TRAINERS, cfg.trainer_type)
     zero_url = cfg.inference is not None and cfg.eval.client.base_url.endswith(f":{cfg.inference.server.port}")
     if _pin_inference_port(cfg.inference) and zero_url:
         server = cfg.inference.server
         cfg.eval.client.base_url = f"http://{server.host}:{server.port}"
     _share_identity(cfg, cfg.inference)
+    if cfg.inference is not None:
+        cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count())
     resolved: dict = {"sft": cfg}
     if cfg.inference is not None:
         resolved["inference"] = cfg.inference
     for source in cfg.eval.source if cfg.eval is not None else []:
         resolved[f"envs/eval/{source.name}"] = source
     paths = _prepare("sft", cfg, res, resolved)
-    if cfg.dry_run:
+    if cfg.dry_run and not submits:
         return _dry_run_done(paths)
-    if cfg.eval is not None:
-        # Online eval needs inference and an evaluator next to the trainer: the launcher
-        # runs all three as children (prl.sft_launch).
+    if cfg.eval is not None or submits:
+        # Online eval needs inference and an evaluator next to the trainer, and a batch
+        # scheduler runs the trainer inside its job: the launcher runs them (prl.sft_launch).
         from prl.sft_launch import build_processes
 
-        processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
-        return cfg.deployment.build(run_dir=paths.run_dir).launch(processes)
-    return int(trainer_cls.run_sft(cfg) or 0)
+        processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir, clear_scratch=not cfg.dry_run)
+        return _launch(cfg, paths, processes)
+    # Trained in this process (or its torchrun ranks): the lines a launcher would have put
+    # in the trainer's log file go there too, and env_vars apply here as to any child.
+    _export_env_vars(cfg)
+    os.environ[LOG_FILE_ENV] = str(paths.log_dir / "trainer.log")
+    try:
+        return int(trainer_cls.run_sft(cfg) or 0)
+    finally:
+        os.environ.pop(LOG_FILE_ENV, None)
 
 
 def cmd_sft_trainer(argv: list[str]) -> int:
@@ -202,10 +254,12 @@ def cmd_eval(argv: list[str]) -> int:
         return 0
     res.parsed_argv = argv
     cfg = res.config
+    _refuse_shortcut_with_sources(res)
     if not cfg.source:
         raise ConfigError(
             "--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)"
         )
+    check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
     paths = _prepare("eval", cfg, res, {"eval": cfg})
@@ -215,7 +269,20 @@ def cmd_eval(argv: list[str]) -> int:
         from prl.eval import run_eval
     except ImportError as exc:
         raise MissingMachinery(f"prl eval's machinery (prl.eval) is not available: {exc}") from None
-    return int(run_eval(cfg, paths.run_dir) or 0)
+    _export_env_vars(cfg)
+    return int(run_eval(cfg, paths.run_dir, paths.log_dir / "eval.log") or 0)
+
+
+def _refuse_shortcut_with_sources(res: Resolved) -> None:
+    """``prl eval <taskset>`` builds the single source; sources from a file (or --source)
+    would be replaced by it without a word, so the two together are a usage error."""
+    from prl.config.resolve import merge_sources
+
+    if res.parsed.positionals and merge_sources(res.parsed).get("source"):
+        raise ConfigError(
+            f"prl eval {res.parsed.positionals[0]}: a taskset id (with --env.* and -s) makes the single source "
+            "and cannot be combined with [[source]] blocks; drop one or the other"
+        )
 
 
 def cmd_inference(argv: list[str]) -> int:

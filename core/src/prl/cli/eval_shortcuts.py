@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from prl.config.errors import ConfigError
@@ -37,5 +38,18 @@ def positional_source(positionals: list[str], overrides: dict[str, Any]) -> dict
     source: dict[str, Any] = {"name": taskset, "env": env}
     select = overrides.pop("select", None)
     if select:
-        source["select"] = select
+        source["select"] = {k: _id_list(v) if k in ("include", "exclude") else v for k, v in select.items()}
     return {"source": [source]}
+
+
+def _id_list(value: Any) -> Any:
+    """``--select.include`` after a taskset id: the flag parser does not know the source's
+    list fields there, so a JSON array or comma-separated ids arrive as one string."""
+    if not isinstance(value, str):
+        return value
+    if value.lstrip().startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ConfigError(f"--select: {value!r} is not a JSON array of task ids") from None
+    return [v for v in value.split(",") if v]

@@ -12,7 +12,7 @@ from prl import __version__
 from prl.cli import commands
 from prl.cli.errors import USAGE_EXIT, MissingMachinery, print_error
 from prl.cli.new import new_app
-from prl.config.errors import ConfigError, host_error
+from prl.config.errors import ConfigError, RunError, host_error
 
 # OSErrors that the machine, not prl, causes: said in one line instead of a traceback.
 HOST_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EADDRINUSE, errno.EFBIG}
@@ -42,6 +42,9 @@ def _run(fn: Callable[[list[str]], int], argv: list[str]) -> None:
         raise typer.Exit(USAGE_EXIT) from None
     except MissingMachinery as exc:
         print_error(str(exc), "Not available")
+        raise typer.Exit(1) from None
+    except RunError as exc:
+        print_error(str(exc), "Run error")
         raise typer.Exit(1) from None
     except OSError as exc:
         if exc.errno not in HOST_ERRNOS:

@@ -102,6 +102,27 @@ class SamplerConfig(PrlModel):
     """standard: shuffled epochs; difficulty_pool: favour tasks with mixed outcomes."""
     seed: int = 0
     """Sampler seed."""
+    min_mean_reward: float | None = None
+    """Admission gate: a finished group whose mean reward is below this is not trained on
+    (too hard for now); None admits every group."""
+    max_mean_reward: float | None = None
+    """Admission gate: a finished group whose mean reward is above this is not trained on
+    (already solved); None admits every group."""
+
+    @model_validator(mode="after")
+    def _gate_order(self) -> SamplerConfig:
+        low, high = self.min_mean_reward, self.max_mean_reward
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_mean_reward ({low}) must not exceed max_mean_reward ({high})")
+        return self
+
+    def admits(self, rewards: list[float]) -> bool:
+        """Whether a finished group with these rewards passes the admission gates."""
+        if not rewards:
+            return True
+        mean = sum(rewards) / len(rewards)
+        low, high = self.min_mean_reward, self.max_mean_reward
+        return (low is None or mean >= low) and (high is None or mean <= high)
 
 
 class SelectConfig(PrlModel):
@@ -113,6 +134,10 @@ class SelectConfig(PrlModel):
     """Shuffle before limiting."""
     skip: Annotated[int, Field(ge=0)] = 0
     """Skip the first N examples."""
+    include: list[str] | None = None
+    """Only these examples, by task id (the ``group`` column of results/<env>.jsonl); None: all."""
+    exclude: list[str] = []
+    """Leave out these examples, by task id."""
 
 
 class SourceConfig(PrlModel):
@@ -246,6 +271,13 @@ def _monitors(component: bool):
     return section.model()()
 
 
+class GCConfig(PrlModel):
+    """Manual Python garbage collection in the trainer."""
+
+    interval: Annotated[int, Field(ge=1)] = 50
+    """Collect every N steps (automatic collection stays off between them)."""
+
+
 class ModelTrainConfig(ModelConfig):
     """The trained model and how it is laid out."""
 
@@ -258,6 +290,42 @@ class ModelTrainConfig(ModelConfig):
     attn_implementation: str = "auto"
     """transformers attention implementation (sdpa, flex_attention, ...), or auto: prl_varlen
     (flash attention over the packed documents, no mask) on CUDA with torch >= 2.10, else sdpa."""
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    """float32 matmul precision (torch.set_float32_matmul_precision): high or medium let
+    float32 matmuls use TF32 / bfloat16 tensor cores."""
+    gc: GCConfig | None = None
+    """Manual Python garbage collection (optional; unset, Python collects automatically).
+    [model.gc] turns automatic collection off and collects every interval steps, on every
+    rank at the same step."""
+    dp_replicate: Annotated[int, Field(ge=1)] = 1
+    """Data-parallel replicas (HSDP): each holds a full copy of the sharded model."""
+    dp_shard: Annotated[int, Field(ge=-1)] = -1
+    """Ranks each replica shards the model over (FSDP2); -1: world size / dp_replicate."""
+    tp: Annotated[int, Field(ge=1)] = 1
+    """Tensor-parallel degree (only 1: not supported yet)."""
+    cp: Annotated[int, Field(ge=1)] = 1
+    """Context-parallel degree (only 1: not supported yet)."""
+
+    @model_validator(mode="after")
+    def _parallel(self) -> ModelTrainConfig:
+        for name in ("tp", "cp"):
+            if getattr(self, name) > 1:
+                kind = "tensor" if name == "tp" else "context"
+                raise ValueError(f"{name} = {getattr(self, name)}: {kind} parallelism is not supported yet (use 1)")
+        if self.dp_shard == 0:
+            raise ValueError("dp_shard must be -1 (the rest of the world) or at least 1")
+        return self
+
+    def data_parallel(self, world: int) -> tuple[int, int]:
+        """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not
+        multiply to it."""
+        shard = self.dp_shard if self.dp_shard != -1 else world // self.dp_replicate
+        if self.dp_replicate * shard != world or shard < 1:
+            raise ValueError(
+                f"model.dp_replicate ({self.dp_replicate}) x model.dp_shard ({self.dp_shard}) must equal "
+                f"the number of workers ({world})"
+            )
+        return self.dp_replicate, shard
 
 
 class TrainerConfig(PrlModel):
@@ -299,6 +367,11 @@ class TrainerConfig(PrlModel):
     """Seed."""
     env_vars: EnvVars = {}
     """Environment variables set in this component's process (over the top-level env_vars)."""
+
+    @model_validator(mode="after")
+    def _data_parallel(self) -> TrainerConfig:
+        self.model.data_parallel(self.num_workers)
+        return self
 
 
 class ServerLimitsConfig(PrlModel):

@@ -29,6 +29,12 @@ class HostError(ConfigError, OSError):
         super().__init__(message, "Environment error")
 
 
+class RunError(RuntimeError):
+    """A run stopped by a failure that is neither the config nor the machine (a peer that
+    went away, a collective that failed): the CLI prints the one-line message and exits 1,
+    without a traceback."""
+
+
 def host_error(exc: OSError, doing: str) -> HostError:
     """``exc`` as one line that says what prl was doing: ``<doing>: <reason> (<path>)``."""
     reason = exc.strerror or str(exc) or type(exc).__name__

@@ -74,3 +74,23 @@ def models_of(cfg: object, merged: dict) -> list[tuple[str, str | None]]:
         if isinstance(getattr(tokenizer, "name", None), str):
             out.append((f"{prefix}tokenizer.name", tokenizer.name))
     return out
+
+
+def check_renderers(cfg: object) -> None:
+    """Ask every renderer a resolved root config builds (its own ``renderer`` and its
+    orchestrator's) whether it can serve the model it will be given, so an ``auto``
+    renderer with an unmapped model fails before launch, as one line naming the flag."""
+    for prefix in ("", "orchestrator."):
+        comp = getattr(cfg, prefix[:-1], None) if prefix else cfg
+        renderer = getattr(comp, "renderer", None)
+        check = getattr(renderer, "check", None)
+        if check is None:
+            continue
+        tokenizer = getattr(getattr(comp, "tokenizer", None), "name", None)
+        model = tokenizer or getattr(getattr(comp, "model", None), "name", None)
+        if not isinstance(model, str):
+            continue
+        try:
+            check(model)
+        except ValueError as exc:
+            raise ConfigError(f"--{prefix}renderer.name: {exc}") from None

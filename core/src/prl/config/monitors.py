@@ -36,3 +36,28 @@ class MonitorsSection:
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
         return handler.generate_schema(self.model())
+
+
+def check_run_wide(trainer: Any, orchestrator: Any) -> None:
+    """Monitors whose class names ``run_wide`` fields (W&B: ``project``) log one run from
+    both sides: each must be on in trainer and orchestrator or in neither, with those fields
+    equal. Raises ValueError naming the monitor and the fields."""
+    from prl.plugins import get_registry
+
+    for key, cls in sorted(get_registry().classes("monitors").items()):
+        fields = getattr(cls, "run_wide", None)
+        if fields is None:
+            continue
+        mine, theirs = getattr(trainer.monitors, key, None), getattr(orchestrator.monitors, key, None)
+        if (mine is None) != (theirs is None):
+            on, off = ("trainer", "orchestrator") if theirs is None else ("orchestrator", "trainer")
+            raise ValueError(
+                f"monitors.{key} is on for the {on} but not the {off}: turn it on for both "
+                f"([monitors.{key}] at the top level) or for neither"
+            )
+        for name in fields if mine is not None else ():
+            a, b = getattr(mine, name), getattr(theirs, name)
+            if a != b:
+                raise ValueError(
+                    f"monitors.{key}.{name} differs: trainer {a!r}, orchestrator {b!r} (they must log one run)"
+                )

@@ -8,6 +8,7 @@ accepted so a dumped config loads back. ``resume`` and ``weight_broadcast`` are 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 _MISSING = object()
@@ -32,6 +33,10 @@ _LEAVES: list[tuple[str, list[str]]] = [
         ],
     ),
     ("max_steps", ["trainer.max_steps", "orchestrator.max_steps"]),
+    *[
+        (f"rollout_transport.{key}", [f"trainer.rollout_transport.{key}", f"orchestrator.rollout_transport.{key}"])
+        for key in ("type", "host", "port", "hwm")
+    ],
     ("seq_len", ["trainer.model.seq_len", "orchestrator.seq_len"]),
     ("output_dir", ["trainer.output_dir", "orchestrator.output_dir", "inference.output_dir"]),
 ]
@@ -72,9 +77,29 @@ def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str
         conflicts.append(f"{source}={value!r} vs {target}={current!r}")
 
 
+def _check_output_dirs(data: dict) -> None:
+    """The run's ``output_dir`` (given, else ``$PRL_OUTPUT_DIR`` or ``outputs``) decides the
+    run directory; a component's own ``output_dir`` that differs would be replaced, so it is
+    refused instead."""
+    if "output_dir" in data:
+        return  # compared with each component's as a shared leaf
+    from prl.config.sections import default_output_dir
+
+    run = default_output_dir()
+    for comp in ("trainer", "orchestrator", "inference"):
+        section = data.get(comp)
+        own = section.get("output_dir") if isinstance(section, dict) else None
+        if own is not None and Path(str(own)).expanduser().resolve() != Path(run).resolve():
+            raise ValueError(
+                f"{comp}.output_dir '{own}' differs from the run's output_dir '{run}': "
+                "set the top-level output_dir instead"
+            )
+
+
 def propagate_shared(raw: dict) -> dict:
     data = copy.deepcopy(raw)
     conflicts: list[str] = []
+    _check_output_dirs(data)
     for shared, targets in _LEAVES:
         value = _get(data, shared)
         if value is not _MISSING and value is not None:

@@ -18,7 +18,7 @@ from prl.config.components import (
     _monitors,
     expand_backend_section,
 )
-from prl.config.monitors import MonitorsSection
+from prl.config.monitors import MonitorsSection, check_run_wide
 from prl.config.propagate import propagate_shared
 from prl.config.sections import (
     CkptConfig,
@@ -34,6 +34,7 @@ from prl.config.sections import (
     RolloutTransportConfig,
     RunConfig,
     SchedulerConfig,
+    SFTLossConfig,
     TokenizerConfig,
     WeightBroadcastField,
     _default_plugin,
@@ -50,16 +51,54 @@ _LAUNCHERS = PluginConfig["launchers"]
 
 
 class SlurmConfig(PrlModel):
-    """SLURM submission settings."""
+    """SLURM submission settings (``--slurm`` turns them on with these defaults)."""
 
+    job_name: str | None = None
+    """Job name (--job-name); None uses the run name."""
     partition: str | None = None
-    """Partition (-p)."""
+    """Partition (--partition)."""
     account: str | None = None
-    """Account (-A)."""
+    """Account (--account)."""
+    qos: str | None = None
+    """Quality of service (--qos)."""
     time: str = "24:00:00"
-    """Wall-clock limit."""
+    """Wall-clock limit (--time)."""
+    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+    """GPUs to request per node (--gpus-per-node); None requests none (a CPU job) unless
+    [deployment] gpus_per_node is set."""
+    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
+    """CPUs per node task (--cpus-per-task)."""
+    mem: str | None = None
+    """Memory per node (--mem), e.g. "64G"; "0" asks for all of it."""
     extra_directives: list[str] = []
-    """Extra #SBATCH lines."""
+    """Extra #SBATCH lines, written as given after "#SBATCH ", e.g. "--exclusive"."""
+    setup: list[str] = []
+    """Shell lines run before prl in the job (module loads, venv activation)."""
+    template: Path | None = None
+    """A Jinja2 sbatch template replacing the built-in one (docs/slurm.md lists its variables)."""
+    detach: bool = False
+    """Return once the job is submitted instead of waiting for it and streaming its status."""
+
+
+def _reference_deployment(data: dict) -> dict:
+    """Map the reference spellings of ``[deployment] type`` onto launcher plugins:
+    ``single_node`` is the local launcher, or the slurm one when ``[slurm]`` is set;
+    ``multi_node`` is always slurm. A ``[slurm]`` section without a type picks slurm too.
+    The topology fields (gpus_per_node, num_*_gpus, num_*_nodes) are kept as given."""
+    slurm_on = data.get("slurm") is not None
+    dep = data.get("deployment")
+    if dep is None and slurm_on:
+        return {**data, "deployment": {"type": "slurm"}}
+    if not isinstance(dep, dict):
+        return data
+    kind = dep.get("type")
+    if kind == "single_node":
+        dep = {**dep, "type": "slurm" if slurm_on else "local"}
+    elif kind == "multi_node" or (kind is None and slurm_on):
+        dep = {**dep, "type": "slurm"}
+    elif kind == "local" and slurm_on:
+        raise ValueError("[slurm] is set but [deployment] type is 'local': use type = 'slurm' or drop [slurm]")
+    return {**data, "deployment": dep}
 
 
 class CommonRunFields(PrlModel):
@@ -80,9 +119,15 @@ class CommonRunFields(PrlModel):
     dry_run: bool = False
     """Resolve, validate and write the run's configs, then stop."""
     deployment: _LAUNCHERS = Field(default_factory=lambda: _default_plugin("launchers"))
-    """Launcher, selected by ``type`` (local, slurm)."""
+    """Launcher, selected by ``type`` (local, slurm; the reference's single_node and
+    multi_node are accepted too)."""
     slurm: SlurmConfig | None = None
-    """SLURM settings (optional)."""
+    """SLURM settings (optional; setting it submits through the slurm launcher)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deployment_spelling(cls, data: Any) -> Any:
+        return _reference_deployment(data) if isinstance(data, dict) else data
 
 
 class RLConfig(CommonRunFields):
@@ -127,6 +172,7 @@ class RLConfig(CommonRunFields):
     @model_validator(mode="after")
     def _cross_checks(self) -> RLConfig:
         t, o = self.trainer, self.orchestrator
+        check_run_wide(t, o)
         if (t.ckpt is None) != (o.ckpt is None):
             raise ValueError("trainer.ckpt and orchestrator.ckpt must be both set or both unset")
         if t.ckpt and o.ckpt and t.ckpt.interval != o.ckpt.interval:
@@ -231,6 +277,8 @@ class SFTConfig(CommonRunFields):
     """Optimizer."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """Learning-rate schedule."""
+    loss: SFTLossConfig = Field(default_factory=SFTLossConfig)
+    """Loss."""
     ckpt: CkptConfig | None = None
     """Checkpointing (optional)."""
     resume: ResumeConfig | None = None
@@ -258,6 +306,7 @@ class SFTConfig(CommonRunFields):
     @model_validator(mode="after")
     def _eval_checks(self) -> SFTConfig:
         check_sft_eval(self)
+        self.model.data_parallel(self.num_workers)
         return self
 
 

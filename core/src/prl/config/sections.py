@@ -46,13 +46,27 @@ class RunConfig(PrlModel):
         return value.lower() if "/" not in value else value
 
 
+def _default_log_level() -> str:
+    from prl.logs import default_level
+
+    return default_level()
+
+
 class LogConfig(PrlModel):
     """Logging of every component."""
 
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    """Log level; $PRIME_LOG_LEVEL overrides the default."""
+    level: Literal["debug", "info", "warning", "error"] = Field(default_factory=_default_log_level)
+    """Log level; the default is $PRL_LOG_LEVEL, else $PRIME_LOG_LEVEL, else info."""
     json_logging: bool = False
-    """Write NDJSON log lines instead of text."""
+    """Write NDJSON log lines (time, level, logger, message) instead of text."""
+
+
+class SFTLossConfig(PrlModel):
+    """The SFT loss: the mean negative log-likelihood per loss token over the global batch
+    (tokens of the roles in data.loss_mask; the same whatever the number of workers)."""
+
+    type: Literal["sft"] = "sft"
+    """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""
 
 
 class ModelConfig(PrlModel):
@@ -146,8 +160,16 @@ class SchedulerConfig(PrlModel):
 class RolloutTransportConfig(PrlModel):
     """How the orchestrator ships batches to the trainer."""
 
-    type: Literal["filesystem"] = "filesystem"
-    """filesystem: batches/step_S/rank_r.bin, written then renamed."""
+    type: Literal["filesystem", "zmq"] = "filesystem"
+    """filesystem: batches/step_S/rank_r.bin, written then renamed (needs storage both the
+    orchestrator and the trainer see); zmq: the orchestrator serves batches on a TCP socket
+    and each trainer rank asks for its own."""
+    host: str = "localhost"
+    """zmq: the orchestrator's host, which trainer ranks connect to."""
+    port: Annotated[int, Field(ge=0, le=65535)] = 5555
+    """zmq: the orchestrator's port (0: any free port, picked when the run is launched)."""
+    hwm: Annotated[int, Field(ge=1)] = 10
+    """zmq: messages queued per trainer rank before sending blocks (ZMQ high-water mark)."""
 
 
 class SamplingConfig(PrlModel):

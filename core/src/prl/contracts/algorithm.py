@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from prl.config.base import PluginConfigBase
 from prl.contracts.base import Plugin
 from prl.types import Trace
+
+if TYPE_CHECKING:
+    from prl.contracts.inference import InferenceClient
+    from prl.contracts.renderer import Renderer
 
 
 class AlgorithmConfig(PluginConfigBase):
@@ -33,7 +37,30 @@ class Algorithm(Plugin, ABC):
         self.config = config
 
     def sampling_source(self) -> str | dict:
+        """``"policy"``, or ``{"name", "base_url", ...}`` of the frozen model whose samples
+        this algorithm trains on; the orchestrator then runs the source's rollouts against
+        that server (its other fields are those of :class:`prl.frozen.FrozenModelConfig`)."""
         return "policy"
+
+    async def start(self) -> None:
+        """Check the frozen models this algorithm reads, once, before the first dispatch.
+
+        Raise :class:`prl.frozen.FrozenModelError` (one line naming the config field and the
+        URL) when one is down or lacks a capability, so the run stops at start-up instead of
+        waiting on it. The default checks nothing.
+        """
+
+    async def ref_logprobs(self, group: list[Trace], task: Any, policy: InferenceClient, renderer: Renderer) -> None:
+        """Fill ``ref_logprobs`` on the branches of ``group`` whose tokens feed ref_kl.
+
+        Runs after :meth:`score_group`, with the group's ``task``, the policy's inference
+        client and the run's renderer (opd prefill-scores on its teacher, opsd on the live
+        policy with a demonstration prepended). Entries of tokens with ref_kl weight 0 are
+        ignored by the loss. The default does nothing.
+        """
+
+    async def close(self) -> None:
+        """Release what :meth:`start` or :meth:`ref_logprobs` opened (HTTP clients)."""
 
     @abstractmethod
     def score_group(self, group: list[Trace]) -> None:

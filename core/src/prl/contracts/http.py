@@ -9,7 +9,7 @@ the fields only they support.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,18 @@ class UpdateWeightsRequest(OpenModel):
 
     weight_dir: str | None = None
     version: int | None = None
+
+
+class InitBroadcasterRequest(OpenModel):
+    """``POST /init_broadcaster``: join the trainer's weight-broadcast group at ``host:port``
+    as ranks ``rank_offset ..`` of ``1 + inference_world_size`` (the nccl transport)."""
+
+    host: str = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    inference_world_size: int = Field(ge=1)
+    timeout: float = Field(default=1200.0, gt=0)
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
 
 
 class LoraRequest(OpenModel):

@@ -29,6 +29,11 @@ class InferenceBackendConfig(PluginConfigBase):
         Only called when ``has_section`` is true."""
         raise NotImplementedError(f"{cls.__qualname__} reads no [inference.<type>] section")
 
+    def worker_count(self) -> int:
+        """Engine worker processes of one server (each joins a weight-broadcast group as
+        its own rank): 1 unless the backend shards the model over several."""
+        return 1
+
     def build(self, *, inference: PrlModel) -> InferenceBackend:
         """The backend this config selects. It serves the whole resolved ``inference``
         config (a :class:`prl.config.components.InferenceConfig`: model, tokenizer, server

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from prl.config.base import PluginConfigBase
 from prl.contracts.base import Plugin
@@ -14,9 +14,16 @@ from prl.contracts.base import Plugin
 class LauncherConfig(PluginConfigBase):
     """Base of ``[deployment]`` variants."""
 
-    def build(self, *, run_dir: Path) -> Launcher:
-        """The launcher this config selects, for the run at ``run_dir``."""
-        return super().build(run_dir=run_dir)
+    submits: ClassVar[bool] = False
+    """True for a launcher that hands the run to a batch scheduler: then ``--dry-run`` builds
+    the process plan and calls :meth:`Launcher.dry_run` (which writes the job scripts), and
+    ``prl sft`` gives it the trainer as a process instead of training in its own process."""
+
+    def build(self, *, run_dir: Path, root: Any = None) -> Launcher:
+        """The launcher this config selects, for the run at ``run_dir``; ``root`` is the
+        command's resolved root config (RLConfig, SFTConfig), for run-wide settings such
+        as ``[slurm]``."""
+        return super().build(run_dir=run_dir, root=root)
 
 
 @dataclass
@@ -50,9 +57,10 @@ class Launcher(Plugin, ABC):
     type: ClassVar[str]
     Config: ClassVar[type[LauncherConfig]] = LauncherConfig
 
-    def __init__(self, config: LauncherConfig, run_dir: Path) -> None:
+    def __init__(self, config: LauncherConfig, run_dir: Path, root: Any = None) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        self.root = root
 
     @abstractmethod
     def launch(self, processes: list[ProcessSpec]) -> int:

@@ -35,6 +35,14 @@ class LossInputs:
     # the sampling mask, from the trainer and from the sampler (padding -inf).
     trainer_mask_logprobs: Tensor | None = None
     inference_mask_logprobs: Tensor | None = None
+    # Token counts of the samples packed one after another in this micro-batch (None: the
+    # inputs are one sample). A loss that works per sample splits on them.
+    seq_lens: list[int] | None = None
+
+    @property
+    def loss_weights(self) -> Tensor:
+        """The per-token rl weights, under the name the custom-loss contract gives them."""
+        return self.rl_weights
 
 
 @dataclass

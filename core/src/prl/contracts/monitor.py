@@ -27,6 +27,10 @@ class Monitor(Plugin, ABC):
     # A monitor that prints one status line per step to the terminal; when none of a run's
     # monitors does, the orchestrator prints its own line so a run is never silent.
     prints_steps: ClassVar[bool] = False
+    # Fields of a monitor that logs one run from trainer and orchestrator together (W&B:
+    # ``("project",)``): under ``prl rl`` it must be on for both or neither, with these
+    # fields equal. None: each side may use the monitor on its own.
+    run_wide: ClassVar[tuple[str, ...] | None] = None
     Config: ClassVar[type[MonitorConfig]] = MonitorConfig
 
     def __init__(self, config: MonitorConfig, run_dir: Path, producer: str, run_name: str = "") -> None:

@@ -18,6 +18,12 @@ class RendererConfig(PluginConfigBase):
         model directory)."""
         return super().build(tokenizer=tokenizer)
 
+    def check(self, model: str) -> None:
+        """Say before anything starts (``--dry-run`` included) whether this renderer can
+        serve ``model`` (a local directory or a hub id; nothing may be downloaded). Raise
+        ValueError with a one-line reason when it cannot; the command prints it naming the
+        renderer's flag and exits 2. The default accepts every model."""
+
 
 @dataclass
 class Rendered:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -26,12 +26,21 @@ class WeightTransportConfig(PluginConfigBase):
         """The transport this config selects, for the run at ``run_dir``."""
         return super().build(run_dir=run_dir)
 
+    def bind_run(self, inference_workers: int) -> None:
+        """Called once by ``prl rl`` / ``prl sft`` before the child configs are written, with
+        the number of inference workers (engine processes) the run starts: a transport that
+        forms a group with them fills in its sizes and picks free ports here, so every
+        component reads the same values. Default: nothing to do."""
+
 
 class WeightTransport(Plugin, ABC):
     """Moves weights from the trainer to inference servers, one version at a time."""
 
     type: ClassVar[str]
     Config: ClassVar[type[WeightTransportConfig]] = WeightTransportConfig
+    device_tensors: ClassVar[bool] = False
+    """True when ``publish`` wants the weights where the trainer holds them (an in-band GPU
+    transport); False gets detached CPU tensors."""
 
     def __init__(self, config: WeightTransportConfig, run_dir: Path) -> None:
         self.config = config
@@ -42,9 +51,18 @@ class WeightTransport(Plugin, ABC):
         """Trainer side: make ``state_dict`` available as ``version`` (blocks until done)."""
 
     @abstractmethod
-    def receive(self, version: int, timeout: float) -> str | None:
+    def receive(self, version: int, timeout: float, load: bool = True) -> str | None:
         """Consumer side: wait for ``version``; return the ``weight_dir`` to pass to
-        ``/update_weights`` (None when the weights travel in-band). Raises TimeoutError."""
+        ``/update_weights`` (None when the weights travel in-band). Raises TimeoutError.
+
+        ``load`` is False when the consumer already serves ``version`` and only acknowledges
+        it (a fresh run's version 0): an in-band transport then must not send the weights,
+        since no ``/update_weights`` call will take them."""
+
+    async def connect(self, client: Any) -> None:
+        """Consumer side, once before the first ``receive``: open the channel to the
+        inference server(s) behind ``client`` (an in-band transport calls their
+        ``/init_broadcaster`` route). Default: nothing to open."""
 
     def latest_version(self) -> int | None:
         """Newest fully published version, or None."""

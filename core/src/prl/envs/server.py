@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from prl.config.components import SourceConfig
 from prl.envs.protocol import ProtocolServer
 from prl.envs.source import build_taskset
 from prl.fsutil import write_atomic
+from prl.logs import setup_logging
 
 log = logging.getLogger("prl.env-server")
 
@@ -45,11 +45,8 @@ async def serve(source: SourceConfig, address_file: Path, host: str = "127.0.0.1
 
 def main(config_path: str | Path) -> int:
     path = Path(config_path)
-    logging.basicConfig(
-        level=os.environ.get("PRIME_LOG_LEVEL", "INFO").upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # Level and format come from the spawning component ($PRL_LOG_LEVEL, $PRL_JSON_LOGGING).
+    setup_logging(None)
     source = SourceConfig.model_validate(json.loads(path.read_text()))
     address_file = path.with_suffix(".address")
 

@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from prl.config.components import SourceConfig
+from prl.config.errors import ConfigError
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task, Taskset
 from prl.envs.guard import failed_trace, guarded
 from prl.envs.protocol import ProtocolClient
 from prl.fsutil import write_atomic
+from prl.logs import child_env as child_log_env
 from prl.types import Sampling, Trace
 
 log = logging.getLogger(__name__)
@@ -64,9 +66,20 @@ def build_taskset(source: SourceConfig) -> Taskset:
 
 
 def select_tasks(tasks: list[Task], source: SourceConfig) -> list[Task]:
-    """Apply ``source.select``: skip the first N, shuffle (seeded), then keep ``limit``."""
+    """Apply ``source.select``: keep ``include`` (all when None) minus ``exclude``, skip the
+    first N, shuffle (seeded), then keep ``limit``. An included or excluded id the taskset
+    does not have is a usage error: a typo would otherwise evaluate the wrong examples."""
     sel = source.select
-    out = tasks[sel.skip :]
+    ids = {t.task_id for t in tasks}
+    for field in ("include", "exclude"):
+        unknown = [i for i in getattr(sel, field) or [] if i not in ids]
+        if unknown:
+            raise ConfigError(
+                f"select.{field} of source '{source.name}': no task {', '.join(map(repr, unknown[:3]))} "
+                f"in this split (task ids look like {next(iter(sorted(ids)), '?')!r})"
+            )
+    keep = (set(sel.include) if sel.include is not None else ids) - set(sel.exclude)
+    out = [t for t in tasks if t.task_id in keep][sel.skip :]
     if sel.shuffle:
         random.Random(source.sampler.seed).shuffle(out)
     if sel.limit is not None:
@@ -131,7 +144,7 @@ class EnvSource:
         address_file = config_path.with_suffix(".address")
         address_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "prl", "env-server", "@", str(config_path)]
-        env = os.environ.copy()
+        env = {**os.environ, **child_log_env()}
         # The server's own tools (e.g. uv for verifiers harnesses) live next to this Python.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         self._process = subprocess.Popen(cmd, stdout=self._log_target(), stderr=subprocess.STDOUT, env=env)

@@ -15,11 +15,21 @@ window's:
 A timed-out rollout halves the limit at once (multiplicative decrease), as timeouts usually
 mean an overloaded inference or env server. (Errors are not counted: a taskset that raises
 on some tasks says nothing about load.)
+
+:class:`AdaptiveGate` puts the same controller in front of code that runs rollouts as
+plain coroutines (``prl eval``): ``await gate.run(rollout)`` waits while the rollouts in
+flight reach the current limit, and reports each one's end back to the controller. With
+``min_inflight == max_inflight`` it is a fixed semaphore.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class AdaptiveConcurrency:
@@ -66,3 +76,31 @@ class AdaptiveConcurrency:
 
     def metrics(self) -> dict[str, float]:
         return {"concurrency/limit": float(self.limit)}
+
+
+class AdaptiveGate:
+    """Admits at most ``controller.limit`` rollouts at a time (see the module docstring)."""
+
+    def __init__(self, min_inflight: int, max_inflight: int, clock=time.monotonic) -> None:
+        self.controller = AdaptiveConcurrency(min_inflight, max_inflight, clock)
+        self.inflight = 0
+        self.peak = 0
+        self._changed = asyncio.Condition()
+
+    async def run(self, rollout: Callable[[], Awaitable[T]]) -> T:
+        """Wait for a free slot, await ``rollout()`` in it, and report its end: a result
+        whose ``is_timeout`` is true halves the limit."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.inflight < self.controller.limit)
+            self.inflight += 1
+            self.peak = max(self.peak, self.inflight)
+        timed_out = False
+        try:
+            result = await rollout()
+            timed_out = bool(getattr(result, "is_timeout", False))
+            return result
+        finally:
+            async with self._changed:
+                self.inflight -= 1
+                self.controller.on_done(failed=timed_out)
+                self._changed.notify_all()  # the limit may have grown by more than one

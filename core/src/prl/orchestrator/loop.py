@@ -34,9 +34,9 @@ from prl.orchestrator.concurrency import AdaptiveConcurrency
 from prl.orchestrator.metrics import console_line, finite, rollout_metrics, trace_record
 from prl.orchestrator.offpolicy import dispatch_budget, may_dispatch
 from prl.orchestrator.packing import pack
+from prl.orchestrator.rollout import open_sender
 from prl.orchestrator.samples import MalformedTrace, TraceSamples, trace_to_samples
 from prl.orchestrator.sources import SourceMixer, TrainSource
-from prl.orchestrator.transport import prune_batches, write_batch
 from prl.orchestrator.weights import WeightFollower
 from prl.types import Sampling, Trace
 
@@ -91,6 +91,7 @@ class Orchestrator:
         self._last_ship = time.monotonic()
         self._seeded_step, self._seeded_groups = 0, 0
         self._shipping = False
+        self.batches = None  # the rollout transport's sender, opened by _start
 
     # ---- state ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -122,10 +123,15 @@ class Orchestrator:
         return 0
 
     async def _start(self) -> None:
+        # Frozen models first: a teacher that is down is a start-up error, not a stall.
+        for algorithm in self._algorithms():
+            await algorithm.start()
+        self.batches = open_sender(self.config.rollout_transport, self.run_dir)
         wait_ready = getattr(self.client, "wait_ready", None)
         if wait_ready is not None:
             log.info("waiting for inference at %s", getattr(self.client, "base_url", "?"))
             await wait_ready(timeout=self.config.client.timeout)
+        await self.weights.connect(self.client)
         for source in self.sources:
             await source.env.start()
             source.make_sampler()
@@ -146,17 +152,27 @@ class Orchestrator:
         for task in list(self.inflight):
             task.cancel()
         await asyncio.gather(*self.inflight, return_exceptions=True)
+        if self.batches is not None:
+            self.batches.close()
         if self.follower is not None:
             await self.follower.stop()
         if self.evaluator is not None:
             await self.evaluator.close()
         for source in self.sources:
             await source.env.close()
+            if source.client is not None:
+                await source.client.aclose()
+        for algorithm in self._algorithms():
+            await algorithm.close()
         for monitor in self.monitors:
             monitor.close()
         aclose = getattr(self.client, "aclose", None)
         if aclose is not None:
             await aclose()
+
+    def _algorithms(self) -> list[Any]:
+        """Each source's algorithm once (sources may share one)."""
+        return list({id(s.algorithm): s.algorithm for s in self.sources}.values())
 
     def _task_failed(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and self._fatal is None:
@@ -226,7 +242,9 @@ class Orchestrator:
 
     async def _one(self, source: TrainSource, task: Any, version: int, sampling: Sampling) -> Trace:
         try:
-            trace = await source.env.rollout(task, self.client, self.renderer, sampling, version)
+            # An algorithm sampling from a frozen model runs the rollouts against its server.
+            client = source.client if source.client is not None else self.client
+            trace = await source.env.rollout(task, client, self.renderer, sampling, version)
         finally:
             self.inflight_episodes -= 1
             self._wake.set()
@@ -239,15 +257,20 @@ class Orchestrator:
         each = [sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
                 for i in range(source.group_size)]  # fmt: skip
         traces = await asyncio.gather(*(self._one(source, task, version, each[i]) for i in range(source.group_size)))
-        self._finalise(source, task, version, list(traces), started)
-
-    def _finalise(self, source: TrainSource, task: Any, version: int, traces: list[Trace], started: float) -> None:
         scored = [t for t in traces if t.ok and t.branches]
         if scored:
             source.algorithm.score_group(scored)
+            await source.algorithm.ref_logprobs(scored, task, self.client, self.renderer)
+        self._finalise(source, task, version, list(traces), started)
+
+    def _finalise(self, source: TrainSource, task: Any, version: int, traces: list[Trace], started: float) -> None:
         source.sampler.observe(task.task_id, [t.reward for t in traces])
+        # Curriculum admission gates: a group outside the source's mean-reward band is seen
+        # by the metrics and the sampler but never trained on.
+        admitted = source.config.sampler.admits([t.reward for t in traces if t.ok and t.branches])
+        source.rejected_groups += not admitted
         converted = []
-        for trace in traces:
+        for trace in traces if admitted else []:
             try:
                 converted.append(trace_to_samples(trace, self.config.seq_len, source.min_abs_advantage))
             except MalformedTrace as exc:
@@ -258,7 +281,8 @@ class Orchestrator:
             self._groups += 1
             now = time.time()
             self.records += [trace_record(t, f"g{self._groups}", version, now, now - started) for t in traces]
-        self.buffer.add(FinishedGroup(version, converted))
+        if converted:
+            self.buffer.add(FinishedGroup(version, converted))
         self._arrived.set()
 
     def _on_version(self, version: int) -> None:
@@ -333,8 +357,7 @@ class Orchestrator:
             wait = await self.follower.wait_for(step - 2, self.config.weight_broadcast.timeout)
         samples = batch.samples
         ranks = pack(samples, self.config.seq_len, self.config.num_train_workers)
-        write_batch(self.run_dir, step, ranks)
-        prune_batches(self.run_dir, step - 3)
+        self.batches.send(step, ranks)
         tokens = sum(len(s.input_ids) for s in samples)
         self.progress["total_samples"] += len(samples)
         self.progress["total_tokens"] += tokens
@@ -372,6 +395,8 @@ class Orchestrator:
         for source in self.sources:
             for key, value in source.sampler.metrics().items():
                 m[f"curriculum/{source.name}/{key}"] = value
+            m[f"curriculum/{source.name}/rejected_groups"] = float(source.rejected_groups)
+            source.rejected_groups = 0
         self.cancelled_groups = 0
         self._last_ship = now
         m = finite(m)

@@ -4,7 +4,8 @@ Rollout statistics cover every episode that finished since the previous step (wh
 not it made it into the batch), both for all envs and per env:
 ``reward/{all,<env>}/{mean,std,min,max}``, ``seq_len/{all,<env>}/mean`` (tokens per
 episode, all branches), ``is_truncated``, ``turns``, ``timeout``, ``errored`` and ``empty``
-as fractions of episodes, plus ``*/count``.
+as fractions of episodes, plus ``*/count``; multi-agent tasksets add
+``agent_reward/{all,<env>}/<role>/mean``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,19 @@ def rollout_metrics(traces: list[Trace]) -> dict[str, float]:
         out[f"errored/{env}/mean"] = sum(t.error is not None for t in group) / n
         out[f"empty/{env}/mean"] = sum(is_empty(t) for t in group) / n
         out[f"rollouts/{env}/count"] = float(n)
+        out.update(agent_metrics(env, group))
     return out
+
+
+def agent_metrics(env: str, traces: list[Trace]) -> dict[str, float]:
+    """``agent_reward/<env>/<role>/mean``: multi-agent tasksets score each agent in
+    ``trace.agent_rewards`` (ids ``<role>`` or ``<role>/<i>``); the mean is over every agent
+    of that role in every episode that scored one."""
+    by_role: dict[str, list[float]] = {}
+    for t in traces:
+        for agent, reward in t.agent_rewards.items():
+            by_role.setdefault(agent.split("/", 1)[0], []).append(float(reward))
+    return {f"agent_reward/{env}/{role}/mean": sum(v) / len(v) for role, v in by_role.items()}
 
 
 def console_line(step: int, m: dict[str, float]) -> str:

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prl.logs import setup_logging
+
 if TYPE_CHECKING:
     from prl.client import InferenceHTTPClient
     from prl.config.components import OrchestratorConfig
@@ -69,8 +71,7 @@ def run_orchestrator(config: OrchestratorConfig, run_dir: Path) -> int:
     from prl.contracts.monitor import build_monitors
     from prl.orchestrator.loop import Orchestrator
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=config.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(config.log)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Train sources resolved against their group defaults, and the seeded source mixer.
 
 Group-level values are defaults: a source's ``group_size``, ``algo`` and each ``sampling``
-key it leaves unset come from ``orchestrator.train``. The mixer picks a source with
+key it leaves unset come from ``orchestrator.train``. A source whose algorithm samples from
+a frozen model (``sampling_source()`` is a ``{name, base_url}`` dict, e.g. sft) gets its own
+inference client for that server; its rollouts never touch the policy. The mixer picks a source with
 probability proportional to ``ratio`` from one seeded RNG whose state is checkpointed.
 """
 
@@ -35,6 +37,16 @@ def build_algorithm(config: AlgorithmConfig) -> Algorithm:
     return config.build()
 
 
+def sampling_client(algorithm: Algorithm) -> Any:
+    """An inference client for the frozen model ``algorithm`` samples from; None: the policy."""
+    source = algorithm.sampling_source()
+    if source == "policy":
+        return None
+    from prl.frozen import FrozenModelConfig
+
+    return FrozenModelConfig.model_validate(source).sampler()
+
+
 @dataclass
 class TrainSource:
     """One train source with everything dispatch needs."""
@@ -48,6 +60,8 @@ class TrainSource:
     min_abs_advantage: float
     ratio: float
     sampler: StandardSampler | None = None
+    rejected_groups: int = 0  # groups the admission gates kept out since the last step
+    client: Any = None  # the frozen model's client when the algorithm does not sample the policy
 
     def make_sampler(self) -> None:
         self.sampler = make_sampler(self.config.sampler.type, self.env.tasks(), self.config.sampler.seed)
@@ -57,15 +71,17 @@ def resolve_source(
     group: TrainGroupConfig, source: SourceConfig, env: Any, algorithm: Algorithm | None = None
 ) -> TrainSource:
     algo_cfg = source.algo if source.algo is not None else group.algo
+    algorithm = algorithm if algorithm is not None else build_algorithm(algo_cfg)
     return TrainSource(
         name=source.name,
         config=source,
         env=env,
         group_size=source.group_size or group.group_size,
         sampling=resolve_sampling(group, source),
-        algorithm=algorithm if algorithm is not None else build_algorithm(algo_cfg),
+        algorithm=algorithm,
         min_abs_advantage=source.min_abs_advantage,
         ratio=source.ratio,
+        client=sampling_client(algorithm),
     )
 
 

@@ -106,3 +106,30 @@ def prune_batches(run_dir: Path, keep_from: int) -> None:
     for step in _steps(base):
         if step < keep_from:
             shutil.rmtree(base / f"step_{step}", ignore_errors=True)
+
+
+class FilesystemBatchSender:
+    """Orchestrator side of the filesystem transport (keeps the last three steps on disk)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+
+    def send(self, step: int, ranks: list[list[dict[str, Any]]]) -> None:
+        write_batch(self.run_dir, step, ranks)
+        prune_batches(self.run_dir, step - 3)
+
+    def close(self) -> None:
+        pass
+
+
+class FilesystemBatchReceiver:
+    """Trainer side of the filesystem transport: polls for this rank's file."""
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.run_dir, self.rank = Path(run_dir), rank
+
+    def receive(self, step: int, timeout: float) -> list[dict[str, Any]]:
+        return read_batch(self.run_dir, step, self.rank, timeout)
+
+    def close(self) -> None:
+        pass

@@ -62,7 +62,8 @@ class WeightFollower:
     async def _run(self) -> None:
         while self.last is None or self.next <= self.last:
             try:
-                weight_dir = await asyncio.to_thread(self.transport.receive, self.next, self.poll)
+                load = self.next != self.version
+                weight_dir = await asyncio.to_thread(self.transport.receive, self.next, self.poll, load)
             except TimeoutError:
                 continue
             if self.next != self.version:

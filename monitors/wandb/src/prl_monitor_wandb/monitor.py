@@ -33,6 +33,7 @@ class WandbMonitor(Monitor):
 
     key: ClassVar[str] = "wandb"
     enabled_by_default: ClassVar[bool] = False
+    run_wide: ClassVar[tuple[str, ...] | None] = ("project",)
 
     class Config(MonitorConfig):
         """``[monitors.wandb]``."""

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from prl.contracts import InferenceBackend, InferenceBackendConfig
+from prl.logs import setup_logging
 from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
 
 log = logging.getLogger("prl_inference_torch")
@@ -53,7 +54,7 @@ class TorchBackend(InferenceBackend):
     def serve(self) -> None:
         cfg = self.config
         api_key = admin_api_key(cfg.server)
-        logging.basicConfig(level=cfg.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        setup_logging(cfg.log)
         sock = bind(cfg.server.host, cfg.server.port)
         from prl_inference_torch.loading import load_state
 

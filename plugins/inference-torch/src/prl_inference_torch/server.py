@@ -30,7 +30,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from prl.config.components import ServerLimitsConfig
-from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
+from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
 from prl.serving_limits import (
     BodyLimit,
     TokenBudget,
@@ -40,6 +40,7 @@ from prl.serving_limits import (
     request_tokens,
 )
 from prl_inference_torch import openai as fmt
+from prl_inference_torch.broadcast import receive_broadcast, start_join
 from prl_inference_torch.engine import Engine
 from prl_inference_torch.engine import Request as EngineRequest
 from prl_inference_torch.protocol import ChatRequest, CompletionRequest, GenerateRequest, check_token_ids, gen_params
@@ -58,6 +59,7 @@ class ServerState:
     chat_template: str | None = None
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     lora_paths: dict[str, str] = field(default_factory=dict)
+    broadcast: Any = None  # prl_weights_nccl.group.BackgroundJoin once /init_broadcaster ran
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
 
@@ -212,10 +214,7 @@ def build_app(state: ServerState) -> FastAPI:
     @app.post("/update_weights", dependencies=[Depends(admin)])
     async def update_weights(body: UpdateWeightsRequest) -> dict[str, Any]:
         if body.weight_dir is None:
-            raise ApiError(
-                "weight_dir is required: this backend loads weights from a directory "
-                "(use the filesystem weight transport)"
-            )
+            return await receive_broadcast(state, body.version)
         async with state.weights_lock:
             model = state.engine.model
             try:
@@ -245,10 +244,8 @@ def build_app(state: ServerState) -> FastAPI:
         return {"status": "ok", "lora_name": body.lora_name}
 
     @app.post("/init_broadcaster", dependencies=[Depends(admin)])
-    async def init_broadcaster() -> None:
-        raise ApiError(
-            "the torch backend has no NCCL receiver; use the filesystem weight transport", 501, "NotImplementedError"
-        )
+    async def init_broadcaster(body: InitBroadcasterRequest) -> dict[str, Any]:
+        return start_join(state, body)
 
     return app
 

@@ -39,18 +39,25 @@ def read_weights(weight_dir: str, model: torch.nn.Module) -> dict[str, torch.Ten
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         tensors.update(load_file(str(f)))
-    named = model.state_dict(keep_vars=True)
-    unknown = sorted(k for k in tensors if k not in named)
-    wrong = sorted(k for k, t in tensors.items() if k in named and tuple(t.shape) != tuple(named[k].shape))
-    covered = {id(named[k]) for k in tensors if k in named}
-    missing = sorted(n for n, p in model.named_parameters() if id(p) not in covered)
-    if unknown or wrong or missing:
-        parts = []
-        for label, names in (("unexpected", unknown), ("shape mismatch", wrong), ("missing", missing)):
-            if names:
-                parts.append(f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
-        raise WeightError(f"weight_dir '{weight_dir}' holds a different architecture ({'; '.join(parts)})")
+    problem = architecture_mismatch({k: tuple(t.shape) for k, t in tensors.items()}, model)
+    if problem:
+        raise WeightError(f"weight_dir '{weight_dir}' holds a different architecture ({problem})")
     return tensors
+
+
+def architecture_mismatch(shapes: dict[str, tuple[int, ...]], model: torch.nn.Module) -> str | None:
+    """Why tensors named and shaped as ``shapes`` cannot replace ``model``'s weights (names
+    it lacks, wrong shapes, parameters left uncovered), or None when they can."""
+    named = model.state_dict(keep_vars=True)
+    unknown = sorted(k for k in shapes if k not in named)
+    wrong = sorted(k for k, shape in shapes.items() if k in named and tuple(shape) != tuple(named[k].shape))
+    covered = {id(named[k]) for k in shapes if k in named}
+    missing = sorted(n for n, p in model.named_parameters() if id(p) not in covered)
+    parts = []
+    for label, names in (("unexpected", unknown), ("shape mismatch", wrong), ("missing", missing)):
+        if names:
+            parts.append(f"{label}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}")
+    return "; ".join(parts) or None
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prl.contracts import InferenceBackend
+from prl.logs import setup_logging
 from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
 from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 
@@ -56,7 +57,7 @@ class VllmBackend(InferenceBackend):
     def serve(self) -> None:
         cfg = self.config
         api_key = admin_api_key(cfg.server)
-        logging.basicConfig(level=cfg.log.level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        setup_logging(cfg.log)
         try:
             args = parse_vllm_args(cfg)
         except VllmArgsError as exc:

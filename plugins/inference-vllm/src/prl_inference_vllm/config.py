@@ -90,6 +90,9 @@ class VllmInferenceConfig(InferenceBackendConfig):
             check_vllm_name(name, "inference.backend.extra_args")
         return self
 
+    def worker_count(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
+
     @classmethod
     def absorb_section(cls, section: dict[str, Any], inference: dict[str, Any]) -> dict[str, Any]:
         """``[inference.vllm]``: vLLM argument names (see :mod:`prl_inference_vllm.section`)."""

@@ -6,7 +6,10 @@ otherwise, the prompt's prefix-cache salt names the policy version (unless the c
 ``cache_salt``) and the reply names the policy ``version``. prl adds ``/health`` (with version
 and pause state), ``/liveness``, ``/is_paused``, token-in/token-out
 ``/inference/v1/generate`` and the admin routes ``/update_weights``,
-``/load_lora_adapter``, ``/pause``, ``/resume`` (and ``/init_broadcaster``, answered 501).
+``/load_lora_adapter``, ``/pause``, ``/resume`` and ``/init_broadcaster`` (the nccl weight
+transport: every worker joins the trainer's broadcast group in the background, and
+``/update_weights {"weight_dir": null}`` then receives a version in-band,
+``collective_rpc("prl_receive_weights")``).
 Admin routes need ``Authorization: Bearer <api_key>`` whenever a key is set, and the
 backend refuses to bind a non-loopback address without one.
 
@@ -39,7 +42,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from prl.config.components import ServerLimitsConfig
-from prl.contracts.http import ApiError, LoraRequest, UpdateWeightsRequest
+from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
 from prl.serving_limits import BodyLimit, TokenBudget, busy_headers, check_request, default_max_tokens
 from prl_inference_vllm.generate import GenerateRequest, generate_body, new_request_id, sampling_params
 from prl_inference_vllm.limits import check_openai_body, limit_engine
@@ -61,6 +64,7 @@ class PrlState:
     lora_enabled: bool = False
     version: int = 0
     paused: bool = False
+    broadcasting: bool = False  # the workers joined a weight-broadcast group (nccl transport)
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
@@ -203,12 +207,22 @@ def _admin_routes(router: APIRouter, state: PrlState) -> None:
         return await _load_lora(state, request.app, body)
 
     @router.post("/init_broadcaster", dependencies=[admin])
-    async def init_broadcaster() -> None:
-        raise ApiError(
-            "the vllm backend receives weights from directories; use the filesystem weight transport",
-            501,
-            "NotImplementedError",
-        )
+    async def init_broadcaster(request: Request) -> dict[str, Any]:
+        body = await _body(request, InitBroadcasterRequest)
+        kwargs = {
+            "host": body.host,
+            "port": body.port,
+            "rank_offset": body.rank_offset,
+            "world_size": 1 + body.inference_world_size,
+            "timeout": body.timeout,
+            "backend": body.backend,
+        }
+        try:
+            await state.engine.collective_rpc("prl_init_broadcaster", kwargs=kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller in one line
+            raise ApiError(f"joining the weight-broadcast group failed: {exc}", 500, "InternalServerError") from None
+        state.broadcasting = True
+        return {"status": "joining", "rank_offset": body.rank_offset}
 
 
 def _lora_for(state: PrlState, app: FastAPI, model: str | None) -> Any:
@@ -277,36 +291,48 @@ async def _openai(state: PrlState, request: Request, model: type[BaseModel], han
 
 async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[str, Any]:
     if body.weight_dir is None:
-        raise ApiError(
-            "weight_dir is required: the vllm backend loads weights from a directory "
-            "(use the filesystem weight transport)"
-        )
+        if not state.broadcasting:
+            raise ApiError(
+                "weight_dir is null, but this server has not joined a weight-broadcast group "
+                "(POST /init_broadcaster first; the nccl transport does)"
+            )
+        await _swap_weights(state, body.version, "prl_receive_weights", {}, "the weight broadcast")
+        return {"status": "ok", "version": state.version, "weight_dir": None}
     try:
         path = await asyncio.to_thread(check_weight_dir, body.weight_dir, state.served_config, state.served_shapes)
     except WeightError as exc:
         raise ApiError(str(exc)) from None
+    kwargs = {"weights_path": str(path.resolve())}
+    await _swap_weights(state, body.version, "prl_reload_weights", kwargs, f"'{body.weight_dir}'")
+    return {"status": "ok", "version": state.version, "weight_dir": body.weight_dir}
+
+
+async def _swap_weights(state: PrlState, version: int | None, rpc: str, kwargs: dict[str, Any], source: str) -> None:
+    """Pause (unless a client did), run ``rpc`` on every worker, reset the prefix cache,
+    label the new version (``version``, else the one a broadcast carried, else the next),
+    resume."""
     engine = state.engine
     async with state.weights_lock:
-        version = body.version if body.version is not None else state.version + 1
         we_paused = not state.paused
         if we_paused:
             await engine.pause_generation(mode="keep", clear_cache=False)
         try:
-            await engine.collective_rpc("prl_reload_weights", kwargs={"weights_path": str(path.resolve())})
+            results = await engine.collective_rpc(rpc, kwargs=kwargs)
+            if version is None:
+                # A broadcast carries the trainer's version; a directory is the next one.
+                sent = results[0] if isinstance(results, list) and results else None
+                version = int(sent) if isinstance(sent, int) else state.version + 1
             # Fails while paused requests hold blocks; the per-version cache_salt covers that case.
             await engine.reset_prefix_cache()
             await engine.update_weight_version(str(version))
             state.version = version
         except Exception as exc:
-            log.exception("weight reload from %s failed", path)
-            raise ApiError(
-                f"loading weights from '{body.weight_dir}' failed: {exc}", 500, "InternalServerError"
-            ) from None
+            log.exception("weight update from %s failed", source)
+            raise ApiError(f"loading weights from {source} failed: {exc}", 500, "InternalServerError") from None
         finally:
             if we_paused:
                 await engine.resume_generation()
-    log.info("loaded weights from %s as version %d", path, version)
-    return {"status": "ok", "version": version, "weight_dir": body.weight_dir}
+    log.info("loaded weights from %s as version %d", source, version)
 
 
 async def _load_lora(state: PrlState, app: FastAPI, body: LoraRequest) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Worker-side weight reload, run in every vLLM worker through ``collective_rpc``.
+"""Worker-side weight reload, run in every vLLM worker through ``collective_rpc``: from a
+directory (``prl_reload_weights``) or from the trainer's broadcast group
+(``prl_init_broadcaster`` once, then ``prl_receive_weights`` per version).
 
 vLLM's in-place ``reload_weights`` streams a checkpoint through the model's own
 ``load_weights`` and re-runs each layer's post-load processing. Two things it leaves stale,
@@ -25,6 +27,29 @@ class PrlWorkerExtension:
 
     def prl_reload_weights(self, weights_path: str) -> None:
         self.reload_weights(weights_path=weights_path)  # type: ignore[attr-defined]
+        self._prl_retie()
+
+    def prl_init_broadcaster(
+        self, host: str, port: int, rank_offset: int, world_size: int, timeout: float, backend: str
+    ) -> None:
+        """Start joining the trainer's broadcast group as rank ``rank_offset`` + this
+        worker's rank (in the background: the trainer forms the group on its first publish)."""
+        from prl_weights_nccl.group import BackgroundJoin
+
+        self._prl_join = BackgroundJoin()
+        rank = rank_offset + int(getattr(self, "rank", 0))
+        self._prl_join.start(host, port, rank, world_size, timeout, backend)
+
+    def prl_receive_weights(self) -> int:
+        """Receive one version from the group and load it in place. The whole broadcast is
+        taken before loading, so a load error never leaves the trainer mid-send."""
+        pairs: list = []
+        version = self._prl_join.group().receive(pairs.extend)
+        self.reload_weights(weights_iterator=iter(pairs))  # type: ignore[attr-defined]
+        self._prl_retie()
+        return version
+
+    def _prl_retie(self) -> None:
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         retie_and_repack(model, self.model_runner.model_config.hf_config)  # type: ignore[attr-defined]
 

@@ -36,13 +36,23 @@ class Preset:
     head_dim: int
     intermediate_size: int
     max_position_embeddings: int
+    vocab_size: int = VOCAB_SIZE
 
+
+# Qwen3's real vocabulary: the embedding and head have the published shapes although the
+# byte-level tokenizer only ever produces the first few hundred ids.
+QWEN3_VOCAB = 151936
 
 PRESETS: dict[str, Preset] = {
     # ~1.6M parameters: learns short string reversal in minutes on two CPU cores.
     "tiny": Preset(192, 4, 6, 2, 32, 512, 2048),
     # ~9.6M parameters: room for multi-task experiments, still CPU-trainable.
     "small": Preset(384, 6, 6, 2, 64, 1024, 4096),
+    # The published Qwen3 shapes, for GPU runs and benchmarks (random weights).
+    "qwen3-0.6b": Preset(1024, 28, 16, 8, 128, 3072, 40960, QWEN3_VOCAB),
+    "qwen3-1.7b": Preset(2048, 28, 16, 8, 128, 6144, 40960, QWEN3_VOCAB),
+    "qwen3-4b": Preset(2560, 36, 32, 8, 128, 9728, 40960, QWEN3_VOCAB),
+    "qwen3-8b": Preset(4096, 36, 32, 8, 128, 12288, 40960, QWEN3_VOCAB),
 }
 
 
@@ -62,7 +72,7 @@ def model_config(preset: str):
         raise ModelInitError(f"--preset must be one of {', '.join(PRESETS)} (got {preset!r})")
     p = PRESETS[preset]
     return Qwen3Config(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=p.vocab_size,
         hidden_size=p.hidden_size,
         intermediate_size=p.intermediate_size,
         num_hidden_layers=p.num_hidden_layers,

@@ -20,7 +20,14 @@ def build_app() -> typer.Typer:
     @model.command("init")
     def init(
         out: Path = typer.Option(..., "--out", help="Directory to write the model to (absent or empty)."),
-        preset: str = typer.Option("tiny", "--preset", help="Model size: tiny (~1.6M params) or small (~9.6M)."),
+        preset: str = typer.Option(
+            "tiny",
+            "--preset",
+            help=(
+                "Model size: tiny (~1.6M params), small (~9.6M), or the Qwen3 shapes "
+                "qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b (random weights)."
+            ),
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
         force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory."),
     ) -> None:

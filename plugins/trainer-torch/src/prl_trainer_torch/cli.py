@@ -12,13 +12,16 @@ def export_cmd(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoints/step_N directory.")],
     out: Annotated[Path | None, typer.Argument(help="Output directory (default: <checkpoint>/weights).")] = None,
     dtype: Annotated[str, typer.Option(help="Weight dtype: bfloat16 or float32.")] = "bfloat16",
+    num_workers: Annotated[
+        int, typer.Option(min=1, help="torchrun ranks sharing the model, for a checkpoint too large for one process.")
+    ] = 1,
 ) -> None:
     """Convert a DCP trainer checkpoint to a Hugging Face model directory."""
     from prl_trainer_torch.export import export_checkpoint
 
     if dtype not in ("bfloat16", "float32"):
         raise typer.BadParameter(f"--dtype must be bfloat16 or float32, got '{dtype}'")
-    path = export_checkpoint(checkpoint, out, dtype)
+    path = export_checkpoint(checkpoint, out, dtype, num_workers)
     typer.echo(f"exported {checkpoint} -> {path}")
 
 

@@ -3,7 +3,6 @@ reads its resolved config from a JSON file. SFT and RL share both paths."""
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,8 +10,11 @@ from typing import Any
 
 def run_here(run_cls: Any, config: Any) -> int:
     """Build ``run_cls(config)``, train it, and close it on success and error paths."""
-    level = getattr(logging, config.log.level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    from prl.logs import setup_logging
+
+    # Under `prl sft` the launching process sets $PRL_LOG_FILE: the ranks' lines land in
+    # logs/attempt_N/trainer.log (rank 0) as well as on the console.
+    setup_logging(config.log)
     run = run_cls(config)
     try:
         run.train()
@@ -23,9 +25,10 @@ def run_here(run_cls: Any, config: Any) -> int:
 
 def rank_main(argv: list[str] | None, module: str, file_name: str, config_cls: Any, run_cls: Any) -> int:
     """``python -m <module> <resolved config.json>``: one rank under torchrun. A usage error
-    (a bad dataset, say) prints one line and exits 2, with no traceback."""
+    (a bad dataset, say) prints one line and exits 2, a run failure (a weight broadcast that
+    lost its peer) one line and exit 1, with no traceback."""
     from prl.cli.errors import print_error
-    from prl.config.errors import ConfigError
+    from prl.config.errors import ConfigError, RunError
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -37,3 +40,6 @@ def rank_main(argv: list[str] | None, module: str, file_name: str, config_cls: A
     except ConfigError as exc:
         print_error(exc.message, exc.title)
         return 2
+    except RunError as exc:
+        print_error(str(exc), "Run error")
+        return 1

@@ -6,6 +6,10 @@ source has one, and the tokenizer files, so transformers and the inference backe
 it directly. The model architecture and tokenizer come from the run's resolved config
 (``configs/latest/resolved/sft.json`` or ``trainer.json``), falling back to the
 ``model.json`` the trainer writes beside every checkpoint.
+
+``num_workers > 1`` (``prl export --num-workers N``) exports through N torchrun ranks that
+each hold 1/N of the model, for checkpoints too large for one process
+(:mod:`prl_trainer_torch.export_dist`).
 """
 
 from __future__ import annotations
@@ -48,14 +52,21 @@ def model_source(step_dir: Path) -> tuple[str, str]:
     raise FileNotFoundError(f"export: no resolved config under {run_dir}/configs/latest/resolved and no {side}")
 
 
-def export_checkpoint(step_dir: Path, out: Path | None = None, dtype: str = "bfloat16") -> Path:
-    """Write the HF export of ``step_dir`` and return its directory."""
+def check_checkpoint(step_dir: Path) -> None:
+    if not (Path(step_dir) / "trainer" / ".metadata").exists():
+        raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
+
+
+def export_checkpoint(step_dir: Path, out: Path | None = None, dtype: str = "bfloat16", num_workers: int = 1) -> Path:
+    """Write the HF export of ``step_dir`` and return its directory; with ``num_workers > 1``
+    through that many torchrun ranks, each holding a shard (:mod:`prl_trainer_torch.export_dist`)."""
     from transformers import AutoModelForCausalLM
 
     step_dir = Path(step_dir)
-    if not (step_dir / "trainer" / ".metadata").exists():
-        raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
+    check_checkpoint(step_dir)
     out = Path(out) if out else step_dir / "weights"
+    if num_workers > 1:
+        return _export_under_torchrun(step_dir, out, dtype, num_workers)
     model_name, tokenizer = model_source(step_dir)
     hf = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.float32)
     opts = StateDictOptions(full_state_dict=False)
@@ -66,6 +77,36 @@ def export_checkpoint(step_dir: Path, out: Path | None = None, dtype: str = "bfl
     hf.config.use_cache = True
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out, safe_serialization=True)
+    copy_tokenizer(tokenizer, out)
+    return out
+
+
+def _export_under_torchrun(step_dir: Path, out: Path, dtype: str, num_workers: int) -> Path:
+    from prl_trainer_torch.trainer import launch_torchrun
+
+    job = json.dumps({"checkpoint": str(step_dir.resolve()), "out": str(out.resolve()), "dtype": dtype})
+    code = launch_torchrun(job, num_workers, "prl_trainer_torch.export_dist")
+    if code != 0:
+        raise RuntimeError(f"export: the {num_workers} export ranks failed (exit code {code}); see their output above")
+    return out
+
+
+def write_side_files(config, model_name: str, tokenizer: str, out: Path, dtype: torch.dtype) -> None:
+    """What ``save_pretrained`` writes besides the weights: config (in the export dtype),
+    generation config when the source has one, and the tokenizer."""
+    from transformers import GenerationConfig
+
+    config.use_cache = True
+    config.torch_dtype = dtype
+    config.save_pretrained(out)
+    try:
+        GenerationConfig.from_pretrained(model_name).save_pretrained(out)
+    except OSError:
+        pass  # the source has no generation_config.json
+    copy_tokenizer(tokenizer, out)
+
+
+def copy_tokenizer(tokenizer: str, out: Path) -> None:
     src = Path(tokenizer)
     if src.is_dir():
         for name in TOKENIZER_FILES:
@@ -75,4 +116,3 @@ def export_checkpoint(step_dir: Path, out: Path | None = None, dtype: str = "bfl
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)
-    return out

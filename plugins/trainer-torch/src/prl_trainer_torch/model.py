@@ -11,7 +11,10 @@ one starts a new document) and builds a block-diagonal causal mask for sdpa/eage
 block-sparse mask for flex_attention, so no token attends across documents.
 
 With world size > 1 every decoder layer and then the wrapper are ``fully_shard``-ed
-(FSDP2, one flat data-parallel mesh); gradients are reduced in float32.
+(FSDP2); gradients are reduced in float32. The mesh is ``model.dp_replicate x
+model.dp_shard``: one flat sharded mesh by default, and with ``dp_replicate > 1`` HSDP
+(each replica shards the model over its ``dp_shard`` ranks, and gradients are all-reduced
+across replicas). Every rank still reads its own slice of the data.
 """
 
 from __future__ import annotations
@@ -134,9 +137,10 @@ def parallelize(
     activation_checkpointing: bool,
     chunk_size: int = DEFAULT_CHUNK,
     compile: bool | None = None,
+    dp: tuple[int, int] | None = None,
 ) -> PolicyModel:
     """Move to the device, turn on activation checkpointing, compile each decoder layer,
-    shard with FSDP2 when world > 1."""
+    shard with FSDP2 when world > 1 over ``dp = (replicas, shards)`` (default: one replica)."""
     hf.to(dist.device)
     if activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2's per-layer unshard hooks.
@@ -150,7 +154,12 @@ def parallelize(
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        mesh = init_device_mesh(dist.device.type, (dist.world,))
+        replicas, shards = dp or (1, dist.world)
+        if replicas == 1:
+            mesh = init_device_mesh(dist.device.type, (dist.world,))
+        else:
+            # 2-D mesh: fully_shard replicates over the first dimension, shards over the second.
+            mesh = init_device_mesh(dist.device.type, (replicas, shards), mesh_dim_names=("replicate", "shard"))
         mp = MixedPrecisionPolicy(reduce_dtype=torch.float32)
         for layer in decoder_layers(hf):
             fully_shard(layer, mesh=mesh, mp_policy=mp)
@@ -166,3 +175,39 @@ def count_params(hf: nn.Module) -> tuple[int, int]:
     tied = out is not None and out.weight is hf.get_input_embeddings().weight
     # A tied output matrix still costs its matmul, so only an untied input table is free.
     return total, total if tied else total - emb
+
+
+def apply_runtime_knobs(mcfg) -> None:
+    """``model.matmul_precision`` for this process (float32 matmuls on TF32/bf16 cores)."""
+    torch.set_float32_matmul_precision(mcfg.matmul_precision)
+
+
+class GarbageCollector:
+    """``[model.gc]``: automatic collection off, one ``gc.collect()`` every ``interval``
+    steps. A collection pauses the process it runs in; collecting at the same step on every
+    rank keeps one rank's pause from stalling the others at the next collective."""
+
+    def __init__(self, gc_config) -> None:
+        import gc
+
+        self.interval = gc_config.interval if gc_config is not None else None
+        if self.interval is not None:
+            gc.disable()
+            gc.collect()
+
+    def step(self, step: int) -> float:
+        """Collect when ``step`` is a multiple of the interval; seconds spent (0 otherwise)."""
+        import gc
+        import time
+
+        if self.interval is None or step % self.interval:
+            return 0.0
+        start = time.perf_counter()
+        gc.collect()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        import gc
+
+        if self.interval is not None:
+            gc.enable()

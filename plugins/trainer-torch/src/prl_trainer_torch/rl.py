@@ -7,7 +7,7 @@ Versions: version ``v`` is the weights after step ``v``; the base model is versi
    optimizer, scheduler and progress from ``checkpoints/step_N/trainer`` and start at N + 1.
    Then publish the weights as version ``start − 1`` (0 for a fresh run) through the weight
    transport plugin, so inference and trainer agree before the first batch.
-2. Each step S: wait for this rank's batch (``prl.orchestrator.transport.read_batch``), run
+2. Each step S: wait for this rank's batch (the rollout transport's receiver), run
    the forward/backward of :mod:`prl_trainer_torch.rl_step`, clip the gradient norm to
    ``optim.max_norm``, step optimizer and scheduler, publish version S (the final step too:
    the orchestrator waits to acknowledge it), then save a checkpoint when due.
@@ -35,10 +35,18 @@ import torch.distributed as tdist
 
 from prl import layout
 from prl.contracts.monitor import build_monitors
+from prl.orchestrator.rollout import open_receiver
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.metrics import emit, peak_memory_gib
-from prl_trainer_torch.model import init_distributed, load_hf_model, parallelize, resolve_dtype
+from prl_trainer_torch.model import (
+    GarbageCollector,
+    apply_runtime_knobs,
+    init_distributed,
+    load_hf_model,
+    parallelize,
+    resolve_dtype,
+)
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
 from prl_trainer_torch.sft import run_dir_of
@@ -67,7 +75,10 @@ def publish_weights(hf, transport, dist, version: int) -> float:
     gathers, rank 0 publishes and waits for the consumer's acknowledgement); returns the
     seconds taken. RL and SFT with online eval both hand weights over this way."""
     t0 = time.perf_counter()
-    state = full_state_dict(hf)
+    if dist.world == 1 and getattr(transport, "device_tensors", False):
+        state = hf.state_dict()  # no CPU round trip: the transport sends from the device
+    else:
+        state = full_state_dict(hf)
     if dist.is_main:
         transport.publish(state, version)
     if dist.world > 1:
@@ -87,8 +98,11 @@ class RLRun:
         self.run_dir = run_dir_of(config)
         self.ckpt_root = ckpt.ckpt_root(config, self.run_dir)
         mcfg = config.model
+        apply_runtime_knobs(mcfg)
         self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
-        self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing)
+        dp = mcfg.data_parallel(self.dist.world)
+        self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing, dp=dp)
+        self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(self.policy.parameters(), config.optim, RL_WEIGHT_DECAY)
         self.total = config.max_steps
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
@@ -96,6 +110,7 @@ class RLRun:
         self._resume()
         self.loss_fn = config.loss.build()
         self.transport = config.weight_broadcast.build(run_dir=self.run_dir)
+        self.batches = open_receiver(config.rollout_transport, self.run_dir, self.dist.rank)
         self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
 
     def _resume(self) -> None:
@@ -115,10 +130,8 @@ class RLRun:
 
     def train_step(self, step: int) -> dict[str, float]:
         """Wait for batch ``step``, train on it; returns the step's metrics (all ranks)."""
-        from prl.orchestrator.transport import read_batch
-
         t0 = time.perf_counter()
-        raw = read_batch(self.run_dir, step, self.dist.rank, timeout=self.config.weight_broadcast.timeout)
+        raw = self.batches.receive(step, timeout=self.config.weight_broadcast.timeout)
         t1 = time.perf_counter()
         self.policy.train()
         mbs = [to_micro_batch(r, self.dist.device) for r in raw]
@@ -178,6 +191,8 @@ class RLRun:
             t0 = time.perf_counter()
             metrics = self.train_step(step)
             metrics["time/broadcast_weights"] = self.publish(step)
+            if self.gc.interval is not None:
+                metrics["time/gc"] = self.gc.step(step)
             metrics["time/step"] = time.perf_counter() - t0
             emit(self.monitors, metrics, step)
             if self.dist.is_main:
@@ -190,6 +205,7 @@ class RLRun:
             step += 1
 
     def close(self) -> None:
+        self.gc.close()
         for m in self.monitors:
             m.close()
         if self.dist.world > 1 and tdist.is_initialized():

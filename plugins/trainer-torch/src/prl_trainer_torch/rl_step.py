@@ -58,6 +58,7 @@ class MicroBatch:
     env_ids: torch.Tensor
     env_names: list[str]
     tokens: int
+    seq_lens: list[int] | None = None  # packed samples' token counts (per-sample losses split on them)
 
 
 def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
@@ -89,6 +90,7 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         env_names=names,
         # padding micro-batches (all-false loss mask) train nothing and count no tokens
         tokens=len(raw["input_ids"]) if any(raw["loss_mask"]) else 0,
+        seq_lens=list(raw["seq_lens"]),
         **fields,
     )
 
@@ -145,6 +147,7 @@ def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int) 
             loss_mask=mb.loss_mask,
             rl_weights=mb.rl_weights,
             ref_logprobs=mb.ref_logprobs,
+            seq_lens=mb.seq_lens,
         )
         sums = component_losses(loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights)
         loss = normalise(sums, scales)

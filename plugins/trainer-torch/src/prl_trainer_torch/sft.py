@@ -34,7 +34,15 @@ from prl_trainer_torch.metrics import (
     peak_flops,
     peak_memory_gib,
 )
-from prl_trainer_torch.model import count_params, init_distributed, load_hf_model, parallelize, resolve_dtype
+from prl_trainer_torch.model import (
+    GarbageCollector,
+    apply_runtime_knobs,
+    count_params,
+    init_distributed,
+    load_hf_model,
+    parallelize,
+    resolve_dtype,
+)
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger("prl.trainer")
@@ -66,12 +74,15 @@ class SFTRun:
         self.run_dir = run_dir_of(config)
         self.ckpt_root = ckpt.ckpt_root(config, self.run_dir)
         mcfg = config.model
+        apply_runtime_knobs(mcfg)
         dtype = resolve_dtype(mcfg.dtype, self.dist.device)
         hf = load_hf_model(mcfg.name, dtype, mcfg.attn_implementation)
         self.n_params = count_params(hf)[1]
         self.shape = (hf.config.num_hidden_layers, hf.config.hidden_size)
         self.hf = hf
-        self.policy = parallelize(hf, self.dist, mcfg.activation_checkpointing)
+        dp = mcfg.data_parallel(self.dist.world)
+        self.policy = parallelize(hf, self.dist, mcfg.activation_checkpointing, dp=dp)
+        self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY)
         tokenizer = config.tokenizer.name or mcfg.name
         source = SampleSource(config.data, config.renderer, tokenizer, hf.config.vocab_size)
@@ -244,6 +255,8 @@ class SFTRun:
         while self.progress["step"] < self.total:
             metrics = self.train_step()
             step = self.progress["step"]
+            if self.gc.interval is not None:
+                metrics["time/gc"] = self.gc.step(step)
             if self._should_validate(step):
                 metrics.update(self.validate())
             if step in self.broadcast_at:
@@ -263,6 +276,7 @@ class SFTRun:
             log.info("step %d/%d %s gnorm %.3f", step, self.total, info, m["optim/grad_norm"])
 
     def close(self) -> None:
+        self.gc.close()
         self.loader.close()
         self.bar.close()
         for m in self.monitors:

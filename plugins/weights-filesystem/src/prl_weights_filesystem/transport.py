@@ -19,38 +19,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from prl.contracts import WeightTransport, WeightTransportConfig
+from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, steps
+from prl.handshake import touch as _touch
+from prl.handshake import wait as _wait
 
 MAX_SHARD_BYTES = 5 * 1024**3
-SENDER, RECEIVER, STARTED, FINISHED = ".sender_ready", ".receiver_ready", ".started", ".finished"
 KEEP = 2
-
-
-def _touch(path: Path) -> None:
-    with open(path, "w") as fh:
-        fh.write(f"{time.time():.3f}\n")
-
-
-def _wait(path: Path, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while not path.exists():
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"waited {timeout:g}s for {what} ({path})")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.25)
-
-
-def _steps(base: Path) -> list[int]:
-    if not base.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in base.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)))
 
 
 class FilesystemWeights(WeightTransport):
@@ -89,13 +69,13 @@ class FilesystemWeights(WeightTransport):
         self._prune(version)
 
     def _prune(self, newest: int) -> None:
-        keep = [s for s in _steps(self.base) if s <= newest][-KEEP:]
-        for step in _steps(self.base):
+        keep = [s for s in steps(self.base) if s <= newest][-KEEP:]
+        for step in steps(self.base):
             if step not in keep and step < newest:
                 shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
     # ---- consumer side (torch-free) ---------------------------------------------------
-    def receive(self, version: int, timeout: float) -> str | None:
+    def receive(self, version: int, timeout: float, load: bool = True) -> str | None:
         target = self.step_dir(version)
         deadline = time.monotonic() + timeout
         _wait(target / SENDER, timeout, f"the trainer to publish weights version {version}")
@@ -105,7 +85,7 @@ class FilesystemWeights(WeightTransport):
         return str(target)
 
     def latest_version(self) -> int | None:
-        done = [s for s in _steps(self.base) if (self.step_dir(s) / FINISHED).exists()]
+        done = [s for s in steps(self.base) if (self.step_dir(s) / FINISHED).exists()]
         return done[-1] if done else None
 
 

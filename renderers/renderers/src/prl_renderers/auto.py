@@ -10,6 +10,9 @@ Resolution, first hit wins:
    (``.../Qwen/Qwen3-8B``), on a hub cache folder (``models--Qwen--Qwen3-8B``), and on
    ``_name_or_path`` in ``config.json``.
 
+A hub id that is not a local directory is read from its snapshots in the Hugging Face
+cache, if any (nothing is downloaded).
+
 No hit is a configuration error: a model whose chat template differs from its base model's
 must not be guessed.
 """
@@ -42,12 +45,27 @@ def _candidate_names(path: str) -> list[str]:
     return names
 
 
+def _local_dirs(path: str) -> list[str]:
+    """``path`` itself, and for a hub id that is not a local directory its cached snapshots
+    (read in place: nothing is downloaded)."""
+    if Path(path).expanduser().is_dir() or path.count("/") > 1 or path.startswith(("/", ".")):
+        return [path]
+    from prl.config.model_paths import hf_hub_cache
+
+    snapshots = hf_hub_cache() / ("models--" + path.replace("/", "--")) / "snapshots"
+    try:
+        return [path, *(str(p) for p in sorted(snapshots.iterdir()))]
+    except OSError:
+        return [path]
+
+
 def resolve_name(path: str) -> str:
     """The renderer name for the model or tokenizer at ``path``; RendererError if unmapped."""
-    for file in ("tokenizer_config.json", "config.json"):
-        marker = read_json(path, file).get(MARKER)
-        if isinstance(marker, str) and marker:
-            return marker
+    for directory in _local_dirs(path):
+        for file in ("tokenizer_config.json", "config.json"):
+            marker = read_json(directory, file).get(MARKER)
+            if isinstance(marker, str) and marker:
+                return marker
     from renderers.base import MODEL_RENDERER_MAP
 
     for name in _candidate_names(path):
@@ -73,6 +91,17 @@ class AutoRenderer(DelegatingRenderer):
 
         thinking_retention: Literal["tool_cycle", "all"] | None = None
         """Passed to the chosen renderer when set: how much past reasoning stays in context when bridging turns."""
+
+        def check(self, model: str) -> None:
+            """An unmapped model, or one mapped to a renderer that is not installed, is a
+            configuration error before the run starts."""
+            from prl.plugins import PluginError, get_registry
+
+            name = resolve_name(model)
+            try:
+                get_registry().get("renderers", name)
+            except PluginError as exc:
+                raise RendererError(f"renderer 'auto' mapped {model!r} to '{name}': {exc}") from None
 
     def __init__(self, config: RendererConfig, tokenizer: Any) -> None:
         from prl.plugins import get_registry

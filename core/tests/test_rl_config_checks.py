@@ -1,0 +1,86 @@
+"""Cross-component checks of ``prl rl`` (``docs/configuration.md``, RL: shared fields):
+W&B on both sides or neither with one project, a component's ``output_dir`` equal to the
+run's, ``rollout_transport`` shared by trainer and orchestrator, and an ``auto`` renderer
+that can map its model, each refused at ``--dry-run`` as one line with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from prl.cli.main import app
+
+pytestmark = pytest.mark.usefixtures("fake_plugins", "hf_cache")
+SRC = '[{"name": "t", "env": {"taskset": {"id": "fake-tasks"}}}]'
+
+
+def _rl(out, *extra: str):
+    argv = ["rl", "--output-dir", str(out), "--run.name", "r", "--orchestrator.train.source", SRC, "--dry-run"]
+    return CliRunner().invoke(app, [*argv, *extra])
+
+
+def _resolved(out, name: str) -> dict:
+    return json.loads((out / "r" / "configs" / "latest" / "resolved" / f"{name}.json").read_text())
+
+
+def _usage_error(result, text: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert text in result.output and "Traceback" not in result.output
+
+
+@pytest.fixture
+def wandb_installed():
+    pytest.importorskip("prl_monitor_wandb")
+
+
+def test_wandb_on_one_side_only_is_refused(tmp_path, wandb_installed):
+    result = _rl(tmp_path, "--trainer.monitors.wandb")
+    _usage_error(result, "monitors.wandb is on for the trainer but not the orchestrator")
+
+
+def test_wandb_projects_must_match(tmp_path, wandb_installed):
+    result = _rl(tmp_path, "--trainer.monitors.wandb.project", "x", "--orchestrator.monitors.wandb.project", "y")
+    _usage_error(result, "monitors.wandb.project differs: trainer 'x', orchestrator 'y'")
+
+
+def test_shared_wandb_section_turns_both_on_with_one_project(tmp_path, wandb_installed):
+    result = _rl(tmp_path, "--monitors.wandb.project", "x")
+    assert result.exit_code == 0, result.output
+    assert _resolved(tmp_path, "trainer")["monitors"]["wandb"]["project"] == "x"
+    assert _resolved(tmp_path, "orchestrator")["monitors"]["wandb"]["project"] == "x"
+
+
+def test_a_component_output_dir_that_differs_from_the_run_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRL_OUTPUT_DIR", str(tmp_path))
+    argv = ["rl", "--run.name", "r", "--orchestrator.train.source", SRC, "--dry-run"]
+    result = CliRunner().invoke(app, [*argv, "--trainer.output-dir", str(tmp_path / "elsewhere")])
+    _usage_error(result, f"trainer.output_dir '{tmp_path / 'elsewhere'}' differs from the run's output_dir")
+    # the same directory is accepted, so a dumped config loads back
+    assert CliRunner().invoke(app, [*argv, "--trainer.output-dir", str(tmp_path)]).exit_code == 0
+
+
+def test_a_component_output_dir_conflicting_with_the_given_one_is_refused(tmp_path):
+    result = _rl(tmp_path, "--orchestrator.output-dir", str(tmp_path / "x"))
+    _usage_error(result, "Shared config conflicts with matching sub-config field(s)")
+
+
+def test_rollout_transport_reaches_trainer_and_orchestrator(tmp_path):
+    result = _rl(tmp_path, "--rollout-transport.type", "zmq", "--rollout-transport.port", "6000")
+    assert result.exit_code == 0, result.output
+    for name in ("trainer", "orchestrator"):
+        transport = _resolved(tmp_path, name)["rollout_transport"]
+        assert (transport["type"], transport["port"]) == ("zmq", 6000)
+    clash = _rl(tmp_path / "b", "--rollout-transport.type", "zmq", "--trainer.rollout-transport.type", "filesystem")
+    _usage_error(clash, "rollout_transport.type='zmq' vs trainer.rollout_transport.type='filesystem'")
+
+
+def test_auto_renderer_with_an_unmapped_model_fails_at_dry_run(tmp_path, hf_cache):
+    pytest.importorskip("prl_renderers")
+    hf_cache("org/Unmapped", mapped=False)
+    result = _rl(tmp_path, "--model.name", "org/Unmapped")
+    _usage_error(result, "--orchestrator.renderer.name: renderer 'auto': no renderer is mapped for model")
+    assert not (tmp_path / "r").exists()
+    # naming a renderer is the fix the message gives
+    assert _rl(tmp_path, "--model.name", "org/Unmapped", "--orchestrator.renderer.name", "default").exit_code == 0

@@ -1,0 +1,75 @@
+"""The torch engine's end of the nccl weight transport (``prl-weights-nccl``).
+
+``POST /init_broadcaster`` starts joining the trainer's broadcast group in the background
+and answers at once: the trainer forms the group only when it publishes its first version.
+``POST /update_weights {"weight_dir": null}`` then waits for the join and receives one
+version on the engine thread, between decoding steps (the orchestrator has paused the
+engine), copying each bucket straight into the served parameters. A manifest that does
+not fit the served model is refused before any parameter changes, and the broadcast is
+still drained so the trainer is not left hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import torch
+
+from prl.contracts.http import ApiError, InitBroadcasterRequest
+from prl_inference_torch.weights import architecture_mismatch
+
+
+def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
+    try:
+        from prl_weights_nccl.group import BackgroundJoin
+    except ImportError:
+        raise ApiError(
+            "the nccl weight transport needs prl-weights-nccl where inference runs (pip install prl-weights-nccl)",
+            501,
+            "NotImplementedError",
+        ) from None
+    if body.inference_world_size < 1:
+        raise ApiError("inference_world_size must be at least 1")
+    joiner = BackgroundJoin()
+    # One engine, one worker: this server is rank rank_offset of 1 + inference_world_size.
+    joiner.start(body.host, body.port, body.rank_offset, 1 + body.inference_world_size, body.timeout, body.backend)
+    state.broadcast = joiner
+    return {"status": "joining", "rank": body.rank_offset, "world_size": 1 + body.inference_world_size}
+
+
+async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
+    from prl_weights_nccl.group import BroadcastError
+
+    if state.broadcast is None:
+        raise ApiError(
+            "weight_dir is null, but this server has not joined a weight-broadcast group "
+            "(POST /init_broadcaster first; the nccl transport does)"
+        )
+    async with state.weights_lock:
+        try:
+            group = await asyncio.to_thread(state.broadcast.group)
+        except BroadcastError as exc:
+            raise ApiError(str(exc), 500, "InternalServerError") from None
+        model = state.engine.model
+        params = model.state_dict(keep_vars=True)
+
+        def check(entries: list) -> str | None:
+            problem = architecture_mismatch({name: tuple(shape) for name, _, shape in entries}, model)
+            return f"the trainer's weights do not fit the served model ({problem})" if problem else None
+
+        @torch.no_grad()
+        def sink(pairs: list[tuple[str, torch.Tensor]]) -> None:
+            for name, tensor in pairs:
+                params[name].copy_(tensor.to(params[name].dtype))
+
+        def swap() -> int:
+            got = group.receive(sink, check)
+            state.engine.version = version if version is not None else got
+            return state.engine.version
+
+        try:
+            served = await asyncio.wrap_future(state.engine.call(swap, drain=True))
+        except BroadcastError as exc:
+            raise ApiError(str(exc), 500, "InternalServerError") from None
+    return {"status": "ok", "version": served, "weight_dir": None}

@@ -1,0 +1,126 @@
+"""``prl export --num-workers N``: export a checkpoint too large for one process.
+
+``prl export`` starts ``torchrun --nproc-per-node N -m prl_trainer_torch.export_dist <job>``
+itself (as ``prl sft`` does). Each rank:
+
+1. builds the model from its config on the meta device and shards it with FSDP2 over the
+   N ranks, so no rank ever holds more than 1/N of the parameters plus one full tensor;
+2. loads its shard of the DCP checkpoint (``dcp.load`` reads only what the rank owns);
+3. walks the parameters in a fixed order, all-gathering each one (``full_tensor()``, a
+   collective every rank joins); the rank that owns the name keeps it on the CPU in the
+   export dtype. Names go to ranks greedily by size, so every rank keeps about 1/N;
+4. writes its own ``model-0000r-of-0000N.safetensors``. Rank 0 writes the
+   ``model.safetensors.index.json`` that maps each name to its file, the config and the
+   tokenizer files, so ``from_pretrained`` loads the directory as any sharded model.
+
+On GPUs the ranks use NCCL, on CPUs gloo. The result holds the same tensors as the
+single-process export (:func:`prl_trainer_torch.export.export_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def owners(sizes: dict[str, int], world: int) -> dict[str, int]:
+    """Each name's rank: largest first, to the rank holding the fewest bytes so far."""
+    load = [0] * world
+    out: dict[str, int] = {}
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        out[name] = rank
+        load[rank] += sizes[name]
+    return out
+
+
+def _sharded_model(model_name: str, dist) -> torch.nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from prl_trainer_torch.model import decoder_layers
+
+    config = AutoConfig.from_pretrained(model_name)
+    with torch.device("meta"):
+        hf = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    mesh = init_device_mesh(dist.device.type, (dist.world,))
+    for layer in decoder_layers(hf):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(hf, mesh=mesh)
+    hf.to_empty(device=dist.device)
+    return hf
+
+
+def _tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """What ``save_pretrained`` writes: parameters once each (a tied output matrix is the
+    input embedding) and persistent buffers."""
+    params = dict(hf.named_parameters())  # duplicates (tied weights) removed
+    every_param = {n for n, _ in hf.named_parameters(remove_duplicate=False)}
+    state = hf.state_dict()
+    return [(n, t) for n, t in state.items() if n in params or n not in every_param]
+
+
+def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
+    """This rank's part of the export (see the module docstring)."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+    from torch.distributed.tensor import DTensor
+
+    from prl_trainer_torch.export import check_checkpoint, model_source, write_side_files
+    from prl_trainer_torch.model import init_distributed
+
+    check_checkpoint(step_dir)
+    dist = init_distributed()
+    model_name, tokenizer = model_source(step_dir)
+    hf = _sharded_model(model_name, dist)
+    opts = StateDictOptions(full_state_dict=False)
+    state = {"model": get_model_state_dict(hf, options=opts)}
+    dcp.load(state, checkpoint_id=str(step_dir / "trainer"))
+    set_model_state_dict(hf, state["model"], options=opts)
+
+    tensors = _tensors(hf)
+    element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    sizes = {n: t.numel() * element for n, t in tensors}
+    owner = owners(sizes, dist.world)
+    mine: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors:
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if owner[name] == dist.rank:
+            mine[name] = full.detach().to("cpu", DTYPES[dtype]).contiguous()
+        del full
+    files = [f"model-{r + 1:05d}-of-{dist.world:05d}.safetensors" for r in range(dist.world)]
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(mine, str(out / files[dist.rank]), metadata={"format": "pt"})
+    if dist.rank == 0:
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": {n: files[owner[n]] for n in sizes}}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        write_side_files(hf.config, model_name, tokenizer, out, DTYPES[dtype])
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m prl_trainer_torch.export_dist <job.json>`` under torchrun."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m prl_trainer_torch.export_dist <job.json>", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text())
+    try:
+        export_rank(Path(job["checkpoint"]), Path(job["out"]), job["dtype"])
+    except FileNotFoundError as exc:
+        print(f"Export error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
