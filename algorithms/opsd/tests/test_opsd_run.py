@@ -1,0 +1,118 @@
+"""opsd for real: a short ``prl rl`` run on CPU (the reference is the live policy shown the
+task's answer) whose reverse KL to that reference goes down."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+pytest.importorskip("prl_model_init")
+pytest.importorskip("prl_inference_torch")
+pytest.importorskip("prl_launcher_local")
+pytest.importorskip("prl_tasks_builtin")
+pytest.importorskip("prl_trainer_torch")
+
+from prl.testing.distill import next_token_kl, trainer_metrics  # noqa: E402
+
+STEPS = 10
+TEMPLATE = "The correct reply to the next request is: {demonstration}"
+
+
+def _pairs(model_dir, split: str = "eval", count: int = 8) -> list[tuple[list[int], list[int]]]:
+    """(plain prompt, prompt with the answer shown) for the first reverse-text tasks of ``split``."""
+    from prl_algo_opsd import demo_messages
+    from prl_tasks_builtin.reverse_text import ReverseText
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+
+    def ids(messages):
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tok.encode(text, add_special_tokens=False)
+
+    tasks = [t for _, t in zip(range(count), ReverseText(ReverseText.Config()).tasks(split), strict=False)]
+    return [(ids(t.prompt), ids(demo_messages(t.prompt, t.data["answer"], TEMPLATE))) for t in tasks]
+
+
+def _warm_start(model_dir, pairs, steps: int = 120) -> None:
+    """Teach the student to reply "yes" when shown a demonstration and "no" without one, so
+    that the demonstration changes its answer (a random tiny model barely reads its context:
+    its KL between the two is ~0.003 nats). opsd must then move the plain answer to "yes"."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    rows = []
+    for plain, demo in pairs:
+        for prompt, reply in ((plain, "no"), (demo, "yes")):
+            answer = tok.encode(reply, add_special_tokens=False) + [end]
+            rows.append((prompt + answer, [-100] * len(prompt) + answer))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = rng.sample(rows, 4)
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.tensor([x + [0] * (width - len(x)) for x, _ in batch])
+        labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
+        model(input_ids=ids, labels=labels).loss.backward()
+        optim.step()
+        optim.zero_grad()
+    model.save_pretrained(model_dir)
+
+
+@pytest.mark.slow
+def test_opsd_brings_the_policy_closer_to_itself_shown_the_answer(tmp_path, capsys):
+    from prl_model_init import make_model
+
+    from prl.cli.commands import cmd_rl
+
+    student = make_model(tmp_path / "student", preset="tiny", seed=0)
+    _warm_start(student, _pairs(student, split="train", count=32))
+    toml = tmp_path / "opsd.toml"
+    toml.write_text(
+        textwrap.dedent(f'''
+        max_steps = {STEPS}
+        seq_len = 256
+        output_dir = "{tmp_path / "outputs"}"
+        env_vars = {{ OMP_NUM_THREADS = "1" }}
+        [model]
+        name = "{student}"
+        [orchestrator]
+        batch_size = 8
+        [orchestrator.train]
+        group_size = 2
+        [orchestrator.train.sampling]
+        max_completion_tokens = 16
+        [orchestrator.train.algo]
+        type = "opsd"
+        demo_key = "answer"
+        template = "{TEMPLATE}"
+        [trainer.optim]
+        lr = 3e-3
+        [[orchestrator.train.source]]
+        name = "reverse-text"
+        env.taskset.id = "reverse-text"
+        [inference.server]
+        port = 0
+        ''')
+    )
+    code = cmd_rl(["@", str(toml), "--run.name", "opsd"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    run_dir = tmp_path / "outputs" / "opsd"
+    kl = trainer_metrics(run_dir, "loss/ref_kl")
+    assert sorted(kl) == list(range(1, STEPS + 1))
+    first, last = (sum(kl[s] for s in steps) / 4 for steps in (range(1, 5), range(STEPS - 3, STEPS + 1)))
+    # Exact, on held-out prompts: KL(π(·|prompt) ‖ π(·|prompt + answer)) at the first answer
+    # token, before training and with the final weights.
+    pairs = _pairs(student)
+    before = next_token_kl(student, pairs)
+    after = next_token_kl(student, pairs, run_dir / "broadcasts" / f"step_{STEPS}" / "model.safetensors")
+    print(f"opsd exact KL to the demonstration-conditioned policy: {before:.4f} -> {after:.4f}; "
+          f"per-step ref_kl {first:.4f} -> {last:.4f}")  # fmt: skip
+    assert after < 0.8 * before

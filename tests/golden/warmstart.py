@@ -1,0 +1,79 @@
+"""A supervised warm start for multi-agent learning runs on kuhn-poker.
+
+A randomly initialised byte-level model never writes a legal Kuhn poker action, so every
+hand ends at player1's first reply with the same rewards and no algorithm has anything to
+learn from. Like a real run, the learning run starts from a policy that sometimes
+succeeds: here the tiny model fitted to conversations whose replies are drawn uniformly
+from the four action words, which are legal about half the time (the options depend on
+what the opponent did). Whole conversations with eight replies each are rendered by the
+run's own renderer, so the replies are learnt in the long contexts RL samples them in.
+About 320 steps reach well-formed words; that takes minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+WORDS = ("check", "bet", "call", "fold")
+
+
+def _note(rng: random.Random) -> dict:
+    other, move = rng.choice(("player1", "player2")), rng.choice(("check", "bet"))
+    legal = ("call", "fold") if move == "bet" else ("check", "bet")
+    return {"role": "user", "content": f"{other} chose to {move}. Your options: {' or '.join(legal)}."}
+
+
+def kuhn_conversations(rng: random.Random, n: int, turns: int = 8) -> list[list[dict]]:
+    """``n`` conversations: a real opening prompt, then ``turns`` random action words, each
+    followed by a real-looking note on the opponent's move (so every reply is in history)."""
+    from prl_tasks_builtin.kuhn_poker import _intro
+
+    out = []
+    for _ in range(n):
+        player = rng.choice(("player1", "player2"))
+        messages = _intro(player, rng.choice("JQK"))
+        if player == "player2":
+            messages.append(_note(rng))
+        for _ in range(turns):
+            messages += [{"role": "assistant", "content": rng.choice(WORDS)}, _note(rng)]
+        out.append(messages)
+    return out
+
+
+def fit(model_dir: Path, conversations: list[list[dict]], steps: int, lr: float, batch: int = 4) -> None:
+    """Train the model in ``model_dir`` on the assistant turns (cross-entropy) and save it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from prl.plugins import get_registry
+
+    renderer = get_registry().get("renderers", "auto").Config().build(tokenizer=str(model_dir))
+    rows = []
+    for messages in conversations:
+        rendered = renderer.render(messages)
+        pairs = zip(rendered.token_ids, rendered.roles, strict=True)
+        rows.append((rendered.token_ids, [t if role == "assistant" else -100 for t, role in pairs]))
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model.train()
+    optim = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = random.Random(0)
+    for _ in range(steps):
+        chosen = rng.sample(rows, batch)
+        width = max(len(ids) for ids, _ in chosen)
+        ids = torch.tensor([x + [0] * (width - len(x)) for x, _ in chosen])
+        labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in chosen])
+        model(input_ids=ids, labels=labels).loss.backward()
+        optim.step()
+        optim.zero_grad()
+    model.save_pretrained(model_dir)
+
+
+def kuhn_warm_start(model_dir: Path) -> None:
+    """The warm start the kuhn-poker learning run was measured with: 120 steps at lr 2e-2,
+    then 200 at 1e-2, on 200 conversations."""
+    conversations = kuhn_conversations(random.Random(0), 200)
+    fit(model_dir, conversations, steps=120, lr=2e-2)
+    fit(model_dir, conversations, steps=200, lr=1e-2)
