@@ -1,0 +1,152 @@
+"""SLURM launcher: a run becomes one sbatch job, on one node or across several.
+
+``[deployment] type = "slurm"`` (or ``--slurm``, or the reference's ``single_node`` with
+``[slurm]`` and ``multi_node``) selects it. The submitting command renders the job
+(:mod:`prl_launcher_slurm.script`), submits it with ``sbatch``, records the job id in the
+run directory and follows the job until it ends (:mod:`prl_launcher_slurm.job`), or returns
+at once with ``[slurm] detach``. Inside the job every node runs its part of the plan under
+prl's local supervisor (:mod:`prl_launcher_slurm.node`).
+
+Layouts:
+
+* single node (``num_train_nodes = 0``): inference, env servers, orchestrator and trainer on
+  the one allocated node, GPUs split by ``num_infer_gpus`` / ``num_train_gpus``;
+* multi-node: ``num_infer_nodes + num_train_nodes`` nodes; the first ``num_infer_nodes``
+  serve inference and run the orchestrator, the others run the trainer under torchrun with
+  a c10d rendezvous across them. Batches and weights go through shared storage (the
+  filesystem transports).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from prl.contracts.launcher import Launcher, LauncherConfig, ProcessSpec
+from prl_launcher_slurm import job as slurm_job
+from prl_launcher_slurm.script import Job, check_layout, entry_of, render, require_sbatch, template_values, write_plan
+
+
+class SlurmLauncher(Launcher):
+    """Submits the run as one SLURM job and follows it (see the module docstring)."""
+
+    type: ClassVar[str] = "slurm"
+
+    class Config(LauncherConfig):
+        submits: ClassVar[bool] = True
+
+        type: Literal["slurm"] = "slurm"
+        """Selects this launcher."""
+        gpus_per_node: Annotated[int, Field(ge=0)] = 0
+        """GPUs on each node (0: CPU only); requested with --gpus-per-node unless [slurm] says otherwise."""
+        num_infer_gpus: Annotated[int, Field(ge=0)] = 0
+        """Single node: GPUs given to inference (CUDA_VISIBLE_DEVICES 0..n-1)."""
+        num_train_gpus: Annotated[int, Field(ge=0)] = 0
+        """Single node: GPUs given to the trainer (the ones after inference's)."""
+        num_train_nodes: Annotated[int, Field(ge=0)] = 0
+        """Multi-node: nodes running the trainer under torchrun (0: a single-node job)."""
+        num_infer_nodes: Annotated[int, Field(ge=0)] = 0
+        """Multi-node: nodes serving inference; the first also runs the orchestrator."""
+        rdzv_port: Annotated[int, Field(ge=1, le=65535)] = 29400
+        """Multi-node: port of torchrun's c10d rendezvous on the first trainer node."""
+        startup_timeout: Annotated[float, Field(gt=0)] = 600.0
+        """Seconds each node waits for its servers (inference) to become ready."""
+        stop_timeout: Annotated[float, Field(gt=0)] = 30.0
+        """Seconds a process gets to exit after SIGTERM before it is killed."""
+
+        @model_validator(mode="after")
+        def _fits(self):
+            if self.num_infer_nodes and not self.num_train_nodes:
+                raise ValueError(
+                    f"num_infer_nodes ({self.num_infer_nodes}) needs num_train_nodes >= 1 (a multi-node job); "
+                    "leave both 0 for a single-node job"
+                )
+            if not self.num_train_nodes and self.num_train_gpus + self.num_infer_gpus > self.gpus_per_node:
+                raise ValueError(
+                    f"num_train_gpus ({self.num_train_gpus}) + num_infer_gpus ({self.num_infer_gpus}) "
+                    f"exceeds gpus_per_node ({self.gpus_per_node})"
+                )
+            return self
+
+        @property
+        def nodes(self) -> int:
+            """Nodes the job reserves."""
+            return self.num_infer_nodes + self.num_train_nodes if self.num_train_nodes else 1
+
+    def dry_run(self, processes: list[ProcessSpec]) -> None:
+        """Render the job script and plan into ``<run>/launcher/`` and print the sbatch
+        command; nothing is submitted."""
+        job = self._render(processes)
+        print(f"Wrote {job.script} ({job.nodes} node(s)); submit it with:\n  {' '.join(job.command)}")
+
+    def launch(self, processes: list[ProcessSpec]) -> int:
+        """Render, submit and follow the job; its exit code (0 at once with detach)."""
+        job = self._render(processes)
+        job_id = slurm_job.submit(job.script)
+        log_path = job.log_path(job_id)
+        self._record(job_id, log_path)
+        print(f"prl: submitted SLURM job {job_id} ({job.nodes} node(s)); job log: {log_path}", flush=True)
+        if self.root is not None and self.root.slurm is not None and self.root.slurm.detach:
+            print(f"prl: detached; follow it with: squeue -j {job_id}; cancel it with: scancel {job_id}")
+            return 0
+        return slurm_job.watch(job_id, log_path)
+
+    # ---- internals ----------------------------------------------------------------------
+    def _render(self, processes: list[ProcessSpec]) -> Job:
+        require_sbatch()
+        check_layout(self.config, self.root, processes)
+        config_dir, log_dir = _attempt_dirs(processes)
+        entry = entry_of(self.root)
+        out = self.run_dir / "launcher"
+        job = Job(entry, out / f"{entry}.sbatch", out / f"{entry}.plan.json", out / "logs", self.config.nodes)
+        slurm = getattr(self.root, "slurm", None)
+        # Rendered before anything is written: a template that fails leaves no half a job.
+        text = render(
+            slurm.template if slurm else None,
+            template_values(self.config, self.root, job, config_dir.name.removeprefix("attempt_")),
+        )
+        job.log_dir.mkdir(parents=True, exist_ok=True)
+        write_plan(job.plan, self.config, self.root, processes, log_dir)
+        job.script.write_text(text)
+        job.script.chmod(0o755)
+        if entry == "rl" and not self.config.num_train_nodes and self.root is not None:
+            # The reference writes the whole resolved run config for single-node SLURM jobs.
+            (config_dir / "resolved" / "rl.json").write_text(self.root.model_dump_json(indent=2) + "\n")
+        if self.config.num_train_nodes:
+            _link_node_logs(log_dir, [p.role for p in processes])
+        return job
+
+    def _record(self, job_id: str, log_path: Path) -> None:
+        out = self.run_dir / "launcher"
+        (out / "job_id").write_text(job_id + "\n")
+        attempt = Path(os.environ.get("PRL_ATTEMPT_CONFIG_DIR", "attempt_?")).name
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        with open(out / "jobs.tsv", "a") as fh:
+            fh.write(f"{job_id}\t{attempt}\t{stamp}\t{log_path}\n")
+
+
+def _attempt_dirs(processes: list[ProcessSpec]) -> tuple[Path, Path]:
+    """This attempt's config and log directories, as the processes are told them."""
+    env = processes[0].env if processes else {}
+    config_dir = env.get("PRL_ATTEMPT_CONFIG_DIR") or os.environ.get("PRL_ATTEMPT_CONFIG_DIR")
+    log_dir = env.get("PRL_ATTEMPT_LOG_DIR") or os.environ.get("PRL_ATTEMPT_LOG_DIR")
+    if not config_dir or not log_dir:
+        print("prl: the slurm launcher needs the run's attempt directories (PRL_ATTEMPT_*_DIR)", file=sys.stderr)
+        raise SystemExit(1)
+    return Path(config_dir), Path(log_dir)
+
+
+def _link_node_logs(log_dir: Path, roles: list[str]) -> None:
+    """``trainer.log`` -> ``trainer/node_0.log`` (and inference's), as relative links."""
+    for role in ("trainer", "inference"):
+        if role not in roles:
+            continue
+        (log_dir / role).mkdir(parents=True, exist_ok=True)
+        link = log_dir / f"{role}.log"
+        if not link.is_symlink() and not link.exists():
+            link.symlink_to(Path(role) / "node_0.log")
