@@ -155,3 +155,15 @@ def test_prompt_aggregation_of_a_group_without_sampled_tokens():
 def test_length_weighted_baseline_refuses_rewards_that_do_not_match_the_group():
     with pytest.raises(ValueError, match="zip"):
         GRPO(GRPO.Config(length_weighted_baseline=True)).advantages(_group(), [1.0, 0.0])
+
+
+def test_assign_branch_trains_only_sampled_tokens_at_unit_weight_by_default():
+    from prl_algo_grpo.tokens import assign_branch
+
+    branch = _branch([False, True, True, False])
+    assign_branch(branch, 0.25)
+    assert branch.advantages == [0.0, 0.25, 0.25, 0.0]
+    assert branch.rl_weights == [0.0, 1.0, 1.0, 0.0]
+    assert branch.ce_weights == branch.ref_kl_weights == [0.0] * 4
+    assign_branch(branch, -1.0, rl_weight=0.5)
+    assert branch.rl_weights == [0.0, 0.5, 0.5, 0.0]

@@ -28,6 +28,13 @@ def test_a_broadcast_version_is_served(vllm_server, inference_server, tmp_path):
     prompt = tokenizer.encode("The quick brown fox", add_special_tokens=False)
     old, new = reference_logprobs(old_model, prompt), reference_logprobs(reference(new_dir)[0], prompt)
     assert _worst(old, new) > 100 * ATOL
+    # Before joining a group, a null weight_dir is refused (this test joins the session's
+    # server to a group, so the check runs here and not in test_server.py).
+    import httpx
+
+    headers = {"Authorization": f"Bearer {inference_server.api_key}"}
+    refused = httpx.post(f"{vllm_server['url']}/update_weights", json={"weight_dir": None}, headers=headers)
+    assert refused.status_code == 400 and "POST /init_broadcaster first" in refused.json()["error"]["message"]
     got = broadcast_new_policy(vllm_server["url"], base, inference_server.api_key, base, new_dir, prompt)
     assert got["sender"] is None and got["version"] == 5
     assert _worst(got["before"][1:], old) <= ATOL

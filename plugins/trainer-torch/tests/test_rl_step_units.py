@@ -244,3 +244,23 @@ def test_per_token_plugin_metrics_are_averaged_over_rl_tokens():
     assert metrics["loss/scalar"] == 1.5 and "loss/plain" not in metrics
     # tokens 2 and 3 train (the first token of a document has no prediction)
     assert metrics["loss/per_token"] == pytest.approx(float(-logp[1:].mean()), rel=1e-5)
+
+
+class _SeqLensLoss:
+    """Records the packed samples' lengths the step hands a loss (per-sample losses split on them)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, inputs):
+        self.seen.append(inputs.seq_lens)
+        return LossOutputs(loss=-(inputs.advantages * inputs.trainer_logprobs) * inputs.loss_mask, metrics={})
+
+
+def test_the_loss_gets_each_packed_samples_length():
+    policy = TinyPolicy()
+    mb = to_micro_batch(micro_batch([_sample([1, 2, 3]), _sample([4, 5, 6, 7, 8])]), CPU)
+    assert mb.seq_lens == [3, 5]
+    loss = _SeqLensLoss()
+    run_micro_batches(policy, loss, [mb], world=1)
+    assert loss.seen == [[3, 5]]
