@@ -37,6 +37,12 @@ def wait(path: Path, timeout: float, what: str) -> None:
         delay = min(delay * 2, 0.25)
 
 
+def latest_finished(base: Path) -> int | None:
+    """The newest version under ``base`` whose handshake reached ``.finished``, or None."""
+    done = [s for s in steps(base) if (base / f"step_{s}" / FINISHED).exists()]
+    return done[-1] if done else None
+
+
 def steps(base: Path) -> list[int]:
     """The versions with a ``step_N`` directory under ``base``, ascending."""
     if not base.is_dir():

@@ -65,6 +65,12 @@ def free_port(host: str) -> int:
         sock.close()
 
 
+def free_listen_port(host: str) -> int:
+    """A port free where a server reached at ``host`` listens: loopback for a loopback
+    host, every interface otherwise (``host`` may name this machine to others)."""
+    return free_port("127.0.0.1" if is_loopback(host) else "0.0.0.0")
+
+
 def ready_file(config: InferenceConfig) -> str | os.PathLike | None:
     """Where to write the bound URL: server.ready_file, the backend's, or $PRL_READY_FILE."""
     return config.server.ready_file or getattr(config.backend, "ready_file", None) or os.environ.get("PRL_READY_FILE")

@@ -111,10 +111,9 @@ def _pin_rollout_port(trainer, orchestrator) -> None:
     transport = orchestrator.rollout_transport
     if transport.type != "zmq" or transport.port != 0:
         return
-    from prl.orchestrator.transport_zmq import LOOPBACK
-    from prl.serving import free_port
+    from prl.serving import free_listen_port
 
-    port = free_port("127.0.0.1" if transport.host in LOOPBACK else "0.0.0.0")
+    port = free_listen_port(transport.host)
     transport.port = trainer.rollout_transport.port = port
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from prl.contracts import WeightTransport, WeightTransportConfig
-from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, steps
+from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, latest_finished, steps
 from prl.handshake import touch as _touch
 from prl.handshake import wait as _wait
 
@@ -85,8 +85,7 @@ class FilesystemWeights(WeightTransport):
         return str(target)
 
     def latest_version(self) -> int | None:
-        done = [s for s in steps(self.base) if (self.step_dir(s) / FINISHED).exists()]
-        return done[-1] if done else None
+        return latest_finished(self.base)
 
 
 def save_safetensors(state_dict: dict[str, Any], target: Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> list[str]:

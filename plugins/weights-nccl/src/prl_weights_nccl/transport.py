@@ -25,7 +25,7 @@ from pydantic import Field
 
 from prl.config.errors import ConfigError
 from prl.contracts import WeightTransport, WeightTransportConfig
-from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, steps, touch, wait
+from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, latest_finished, steps, touch, wait
 
 KEEP = 2
 
@@ -59,9 +59,9 @@ class NcclWeights(WeightTransport):
                 )
             self.inference_world_size = inference_workers
             if self.port == 0:
-                from prl.serving import free_port
+                from prl.serving import free_listen_port
 
-                self.port = free_port("127.0.0.1" if self.host in ("localhost", "127.0.0.1") else "0.0.0.0")
+                self.port = free_listen_port(self.host)
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         super().__init__(config, run_dir)
@@ -127,5 +127,4 @@ class NcclWeights(WeightTransport):
         return None
 
     def latest_version(self) -> int | None:
-        done = [s for s in steps(self.base) if (self.step_dir(s) / FINISHED).exists()]
-        return done[-1] if done else None
+        return latest_finished(self.base)
