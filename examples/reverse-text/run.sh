@@ -13,7 +13,8 @@
 #      against a `prl inference` server started here
 #   5. prl rl @ examples/reverse-text/rl.toml --clean (always a fresh run), then prl export
 #      of its final checkpoint -> models/tiny-rl
-#   6. held-out reward of models/tiny-rl, the same way
+#   6. held-out reward of models/tiny-rl, the same way; then both with standard errors and
+#      the gain (examples/reverse-text/heldout.py)
 #
 # Needs `prl` on PATH (the Makefile puts the venv's bin first). Port: $PRL_DEMO_PORT (8011).
 set -euo pipefail
@@ -35,7 +36,7 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# held_out_reward MODEL NAME: serve MODEL, evaluate it, print its mean reward.
+# held_out_reward MODEL NAME: serve MODEL and evaluate it into run NAME.
 held_out_reward() {
   local model="$1" name="$2" log="$OUT/$2.inference.log"
   mkdir -p "$OUT"
@@ -49,11 +50,6 @@ held_out_reward() {
   prl eval @ examples/reverse-text/rl-eval.toml --model.name "$model" \
     --client.base-url "http://127.0.0.1:$PORT" --run.name "$name" --clean >&2
   stop_server
-  python - "$OUT/$name/monitors/file/metrics.jsonl" <<'EOF'
-import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-print(f"{[r for r in rows if 'eval/reverse-text/avg@4' in r][-1]['eval/reverse-text/avg@4']:.4f}")
-EOF
 }
 
 [[ -f models/tiny/config.json ]] || prl model init --preset tiny --out models/tiny
@@ -65,8 +61,8 @@ if [[ ! -f "$SFT_CKPT/trainer/COMPLETE" ]]; then
 fi
 prl export "$SFT_CKPT" models/tiny-sft --dtype float32
 
-before=$(held_out_reward models/tiny-sft reverse-text-eval-sft)
-echo "held-out reward of models/tiny-sft (before RL): $before"
+held_out_reward models/tiny-sft reverse-text-eval-sft
+python examples/reverse-text/heldout.py "$OUT/reverse-text-eval-sft"
 
 start=$(date +%s)
 prl rl @ examples/reverse-text/rl.toml --clean
@@ -74,6 +70,9 @@ rl_seconds=$(( $(date +%s) - start ))
 last=$(ls -d "$OUT"/reverse-text-rl/checkpoints/step_* | sed 's/.*step_//' | sort -n | tail -1)
 prl export "$OUT/reverse-text-rl/checkpoints/step_$last" models/tiny-rl --dtype float32
 
-after=$(held_out_reward models/tiny-rl reverse-text-eval-rl)
+held_out_reward models/tiny-rl reverse-text-eval-rl
 echo
-echo "reward before RL: $before, after RL: $after  (prl rl took ${rl_seconds}s)"
+echo "prl rl took ${rl_seconds}s. Held-out reward before and after RL (mean over texts ± standard error):"
+python examples/reverse-text/heldout.py "$OUT/reverse-text-eval-sft" "$OUT/reverse-text-eval-rl"
+echo "Curves: $OUT/reverse-text-rl/monitors/file/metrics.jsonl (reward/all/mean and entropy/all/mean by step)"
+echo "        or: prl dashboard $OUT   (then open the reverse-text-rl run)"
