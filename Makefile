@@ -19,6 +19,8 @@ setup: $(STAMP)
 	@$(PIP) install -q --no-deps $(foreach m,$(MEMBERS),-e $(m))
 	@# SLURM + munge for the real-SLURM tests (apt-get as root; a no-op once installed).
 	@sh launchers/slurm/setup-slurm.sh
+	@# Debian chromium + chromium-driver for the dashboard's browser test (a no-op once installed).
+	@sh plugins/dashboard/setup-chromium.sh
 	@echo "prl: $(words $(MEMBERS)) distributions installed editable in $(VENV)"
 
 $(STAMP): requirements-dev.txt

@@ -99,6 +99,25 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys, transp
     if weights == "nccl":
         log = (logs / "orchestrator.log").read_text()
         assert "inference now serves policy version 2" in log
+    _assert_trainer_annotations(run_dir / "monitors" / "file")
+
+
+def _assert_trainer_annotations(file_dir):
+    """The trainer annotated the branches it trained, token for token (``trainer.annotations``)."""
+    from prl_monitor_file import read_annotations, read_trace
+
+    index = [json.loads(x) for x in (file_dir / "traces" / "stream.index.jsonl").read_text().splitlines()]
+    traces = {row["id"]: row for row in index}
+    records = read_annotations(file_dir, "trainer")
+    assert records and {r["info"]["step"] for r in records} <= {1, 2}
+    some_id = records[0]["trace_id"]
+    row = traces[some_id]
+    trace = read_trace(file_dir / "traces" / "stream", int(row["chunk"]), int(row["offset"]))
+    for record in read_annotations(file_dir, "trainer", some_id):
+        for branch in record["branches"]:
+            ids = trace["branches"][branch["index"]]["token_ids"]
+            assert len(branch["trainer_logprobs"]) == len(ids) == len(branch["entropies"])
+            assert sum(branch["loss_mask"]) > 0 and branch["trainer_logprobs"][0] is None
 
 
 @pytest.mark.slow

@@ -98,6 +98,10 @@ class InferenceHTTPClient:
             headers=headers,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
         )
+        # Request counters for the orchestrator's time-keyed ``inference/*`` rows.
+        self.in_flight = 0
+        self.requests = 0
+        self.request_seconds = 0.0
 
     @classmethod
     def from_config(cls, config: ClientConfig, model: str | None = None) -> InferenceHTTPClient:
@@ -114,10 +118,16 @@ class InferenceHTTPClient:
         await self._http.aclose()
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.in_flight += 1
+        started = time.monotonic()
         try:
             resp = await self._http.post(path, json=body)
         except httpx.HTTPError as exc:
             raise InferenceError(f"POST {self.base_url}{path} failed: {exc!r}") from exc
+        finally:
+            self.in_flight -= 1
+            self.requests += 1
+            self.request_seconds += time.monotonic() - started
         return _checked(resp, "POST", path)
 
     # ----- sampling ---------------------------------------------------------------------

@@ -44,6 +44,7 @@ from prl.config.roots import EvalConfig
 from prl.contracts.monitor import build_monitors
 from prl.evalstats import rollout_record, summarize, trace_records
 from prl.fsutil import write_atomic
+from prl.live import LiveEpisodes
 from prl.logs import FILE_ONLY, setup_logging
 from prl.orchestrator.concurrency import AdaptiveGate
 from prl.orchestrator.evals import eval_sampling
@@ -155,6 +156,7 @@ class _Evaluator:
         # min < max lets the limit follow the server's throughput.
         band = config.concurrency
         self.gate = AdaptiveGate(band.min_inflight, band.max_inflight)
+        self.live = LiveEpisodes(monitors)  # in-flight rollouts, for the dashboard
 
     async def run_source(self, run: _SourceRun, client: Any, renderer: Any, bar: Any, bar_id: Any) -> None:
         results = self.run_dir / "results" / f"{run.name}.jsonl"
@@ -163,7 +165,17 @@ class _Evaluator:
         bar.update(bar_id, completed=len(run.tasks) - len(pending))
 
         async def one(task: Any) -> Trace:
-            return await self.gate.run(lambda: run.env.rollout(task, client, renderer, run.sampling, 0))
+            trace_id = self.live.new_id()
+            info = {"env": run.name, "task_id": task.task_id, "group": task.task_id, "kind": "eval", "version": 0}
+            self.live.dispatch(trace_id, info)
+            try:
+                return await self.gate.run(
+                    lambda: self.live.started(
+                        trace_id, list(task.prompt), run.env.rollout(task, client, renderer, run.sampling, 0)
+                    )
+                )
+            finally:
+                self.live.drop_pending(trace_id)
 
         async def group(task: Any) -> None:
             traces = await asyncio.gather(*(one(task) for _ in range(run.k)))
@@ -209,6 +221,7 @@ async def _run(config: EvalConfig, run_dir: Path) -> int:
     if loaded is not None:
         console.print(f"Resuming eval from {loaded} ({progress.cursor} groups done)")
     monitors = build_monitors(config, run_dir, "eval")
+    LiveEpisodes(monitors).clear()  # in-flight rollouts of a killed earlier attempt
     client, renderer = build_client(config), build_renderer(config)
     runs: list[_SourceRun] = []
     attempt = _attempt_config_dir(run_dir)

@@ -23,6 +23,8 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "prl-monitor-file": ("monitors/file", {"monitors": ("file",)}),
     "prl-monitor-console": ("monitors/console", {"monitors": ("console",)}),
     "prl-monitor-wandb": ("monitors/wandb", {"monitors": ("wandb",)}),
+    "prl-monitor-prime": ("monitors/prime", {"monitors": ("prime",)}),
+    "prl-dashboard": ("plugins/dashboard", {}),  # the `prl dashboard` command, no plugin tags
     "prl-weights-filesystem": ("plugins/weights-filesystem", {"weight_transports": ("filesystem",)}),
     "prl-weights-nccl": ("plugins/weights-nccl", {"weight_transports": ("nccl",)}),
     "prl-launcher-local": ("launchers/local", {"launchers": ("local",)}),

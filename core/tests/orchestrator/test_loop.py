@@ -248,25 +248,26 @@ def test_waiting_for_weights_names_the_version(make_config, tmp_path, kit):
         asyncio.run(go())
 
 
-def test_watchdog_names_a_batch_starved_by_filtered_groups(make_config, tmp_path, kit, monkeypatch, caplog):
+def test_watchdog_names_a_batch_starved_by_filtered_groups(make_config, tmp_path, kit, caplog):
     """Groups keep finishing, but every trace has the same reward: none counts toward the
-    batch. The watchdog must still speak (it measures time without progress, not silence)
+    batch. The watchdog must still speak (it measures time without a step, not silence)
     and say why the batch does not fill."""
     import logging
 
     import pytest
 
-    import prl.orchestrator.loop as loop_mod
-
-    monkeypatch.setattr(loop_mod, "WATCHDOG_S", 0.5)
     sources = [{"name": "flat", "env": {"taskset": {"id": "orch-count", "reward": 0.0, "delay": 0.02}}}]
-    orch = _orchestrator(make_config(sources=sources, max_steps=1), tmp_path, kit)
+    config = make_config(sources=sources, max_steps=1, watchdog={"min_stall_s": 0.5, "first_step_s": 0.5})
+    client = kit.InstantClient()
+    client.base_url = None  # the stand-in has no server to probe
+    orch = _orchestrator(config, tmp_path, kit, client=client)
     with caplog.at_level(logging.WARNING, logger="prl.orchestrator"), pytest.raises(TimeoutError):
-        asyncio.run(asyncio.wait_for(orch.run(), 2.0))
-    said = [r.getMessage() for r in caplog.records if "waiting for batch step 1" in r.getMessage()]
-    assert said, "the watchdog never reported the stalled batch"
-    assert "0/8 traces ready" in said[-1] and "finished traces were filtered out" in said[-1]
-    assert "constant_trainer_batch_size" in said[-1]
+        asyncio.run(asyncio.wait_for(orch.run(), 2.5))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("watchdog: no step")]
+    assert len(said) == 1, "the watchdog never reported the stalled batch, or repeated itself"
+    assert "waiting for the orchestrator collecting batch 1 (pid " in said[0]
+    assert "0/8 traces ready" in said[0] and "finished traces were filtered out" in said[0]
+    assert "constant_trainer_batch_size" in said[0]
 
 
 def test_online_eval_runs_at_interval_versions(make_config, tmp_path, kit, capsys):

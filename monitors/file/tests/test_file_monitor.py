@@ -51,7 +51,7 @@ def test_registered_and_on_by_default():
     section = MonitorsSection(component=True).model()()
     assert isinstance(section.file, FileMonitor.Config)
     cfg = FileMonitor.Config()
-    assert (cfg.chunk_bytes, cfg.compress, cfg.float_decimals, cfg.path) == (5 * 1024**3, False, 4, None)
+    assert (cfg.chunk_bytes, cfg.compress, cfg.float_decimals, cfg.path) == (5 * 1024**3, True, 4, None)
 
 
 def test_rows_have_step_time_and_producer_and_append(tmp_path):
@@ -117,10 +117,10 @@ def test_traces_are_rounded_indexed_and_readable(tmp_path):
 
 
 def test_chunks_roll_over_and_resume_in_a_new_process(tmp_path):
-    monitor = _monitor(tmp_path, chunk_bytes=600)
+    monitor = _monitor(tmp_path, chunk_bytes=600, compress=False)
     monitor.log_traces([_trace(i) for i in range(3)], step=1)
     monitor.close()
-    again = _monitor(tmp_path, chunk_bytes=600)
+    again = _monitor(tmp_path, chunk_bytes=600, compress=False)
     again.log_traces([_trace(3)], step=2)
     again.close()
     traces = tmp_path / "monitors/file/traces"
@@ -132,10 +132,9 @@ def test_chunks_roll_over_and_resume_in_a_new_process(tmp_path):
     assert all(size >= 600 for size in sizes[:-1])
 
 
-def test_compressed_chunks_are_seekable_zstd(tmp_path, monkeypatch):
-    pytest.importorskip("zstandard")
+def test_sealed_chunks_are_seekable_zstd_by_default(tmp_path, monkeypatch):
     monkeypatch.setattr(stream_mod, "FRAME_BYTES", 256)  # several frames per chunk
-    monitor = _monitor(tmp_path, chunk_bytes=1500, compress=True)
+    monitor = _monitor(tmp_path, chunk_bytes=1500)  # compress is on unless turned off
     monitor.log_traces([_trace(i) for i in range(8)], step=1)
     monitor.close()
     stream_dir = tmp_path / "monitors/file/traces/stream"
@@ -182,3 +181,62 @@ def test_eval_plan_is_merged_into_plan_json(tmp_path):
     mon.log_plan({"alphabet-sort": 12}, step=0)
     plan = json.loads((tmp_path / "monitors" / "file" / "plan.json").read_text())
     assert plan == {"reverse-text": {"0": 80}, "alphabet-sort": {"0": 12}}
+
+
+def _annotation(trace_id, n=3, **extra):
+    branch = {"index": 0, "trainer_logprobs": [-0.123456, -1.0, -2.0][:n], "entropies": [0.5] * n, **extra}
+    return {"version": 1, "trace_id": trace_id, "info": {"step": 1}, "branches": [branch]}
+
+
+def test_annotations_get_a_stream_and_an_index_per_producer(tmp_path):
+    from prl_monitor_file import read_annotations
+    from prl_monitor_file.annotations import producers
+
+    trainer = _monitor(tmp_path, producer="trainer")
+    trainer.log_annotations([_annotation("t0"), _annotation("t1")], step=1)
+    trainer.log_annotations([_annotation("t0")], step=2)  # the same trace, a later step
+    trainer.close()
+    orch = _monitor(tmp_path, producer="orch")
+    advantages = {"version": 1, "trace_id": "t0", "info": {}, "branches": [{"index": 1, "advantages": [1.0]}]}
+    orch.log_annotations([advantages], 1)
+    orch.close()
+    file_dir = tmp_path / "monitors/file"
+    assert (file_dir / "annotations/trainer/00000.jsonl").exists() and producers(file_dir) == ["orch", "trainer"]
+    index = [json.loads(x) for x in (file_dir / "annotations/trainer.index.jsonl").read_text().splitlines()]
+    rows = [(r["trace_id"], r["step"], r["branches"]) for r in index]
+    assert rows == [("t0", 1, [0]), ("t1", 1, [0]), ("t0", 2, [0])]
+    assert index[0]["keys"] == ["entropies", "trainer_logprobs"]
+    records = read_annotations(file_dir, "trainer", "t0")
+    assert [r["info"] for r in records] == [{"step": 1}, {"step": 1}]
+    assert records[0]["branches"][0]["trainer_logprobs"] == [-0.1235, -1.0, -2.0]  # float_decimals = 4
+    assert read_annotations(file_dir, "orch")[0]["branches"] == [{"index": 1, "advantages": [1.0]}]
+    assert read_annotations(file_dir, "nobody") == []
+
+
+def test_sealed_annotation_chunks_are_compressed_and_still_readable(tmp_path):
+    from prl_monitor_file import read_annotations
+
+    monitor = _monitor(tmp_path, producer="trainer", chunk_bytes=300)
+    monitor.log_annotations([_annotation(f"t{i}") for i in range(6)], step=1)
+    monitor.close()
+    file_dir = tmp_path / "monitors/file"
+    assert list((file_dir / "annotations/trainer").glob("*.jsonl.zst"))
+    assert [r["trace_id"] for r in read_annotations(file_dir, "trainer")] == [f"t{i}" for i in range(6)]
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"version": 2, "trace_id": "t", "branches": [{"index": 0, "a": [1]}]}, "version must be 1"),
+        ({"version": 1, "trace_id": "", "branches": [{"index": 0, "a": [1]}]}, "trace_id must be a non-empty string"),
+        ({"version": 1, "trace_id": "t", "branches": []}, "annotation t: branches must be a non-empty list"),
+        ({"version": 1, "trace_id": "t", "branches": [{"a": [1]}]}, "every branch needs an integer index"),
+        ({"version": 1, "trace_id": "t", "branches": [{"index": 0}]}, "branch 0 has no per-token array"),
+    ],
+)
+def test_a_malformed_annotation_is_refused_naming_the_problem(tmp_path, record, message):
+    monitor = _monitor(tmp_path, producer="trainer")
+    with pytest.raises(ValueError, match=message):
+        monitor.log_annotations([record], step=1)
+    monitor.close()
+    assert not (tmp_path / "monitors/file/annotations/trainer.index.jsonl").exists()

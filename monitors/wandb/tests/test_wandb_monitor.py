@@ -113,3 +113,30 @@ def test_run_id_is_stable_per_run_dir_and_producer(tmp_path):
     assert run_id(tmp_path, "trainer") == run_id(tmp_path / "x" / "..", "trainer")
     assert run_id(tmp_path, "trainer") != run_id(tmp_path, "orch")
     assert run_id(tmp_path / "a", "orch") != run_id(tmp_path / "b", "orch")
+
+
+def test_online_eval_writes_into_the_trainers_run(tmp_path, offline):
+    # prl sft's online-eval process logs eval/* into the trainer's W&B run (same id), from
+    # its own offline directory so the two processes never write one file.
+    monitor = WandbMonitor(WandbMonitor.Config(), tmp_path, "online-eval", "sft-run")
+    monitor.log({"eval/reverse-text/avg@1": 0.5}, step=2)
+    monitor.close()
+    (run_file,) = (tmp_path / "monitors/wandb/online-eval").rglob("run-*.wandb")
+    records = _complete_records(run_file)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.run_id == run_id(tmp_path, "trainer") and run.job_type == "trainer"
+    assert [(h["step"], h["eval/reverse-text/avg@1"]) for h in _history(records)] == [(2, 0.5)]
+
+
+def test_online_the_trainers_run_is_shared_and_online_eval_joins_it_as_a_secondary(monkeypatch):
+    import wandb
+    from prl_monitor_wandb.monitor import _mode
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    trainer, online = _mode(wandb, "trainer", None), _mode(wandb, "online-eval", None)
+    assert trainer["settings"].mode == online["settings"].mode == "shared"
+    assert (trainer["settings"].x_primary, trainer["settings"].x_update_finish_state) == (True, True)
+    assert (online["settings"].x_primary, online["settings"].x_update_finish_state) == (False, False)
+    assert online["settings"].x_label == "online-eval"
+    assert _mode(wandb, "orch", None)["settings"].mode != "shared"  # its own run, as before
+    assert _mode(wandb, "online-eval", "offline")["mode"] == "offline"  # offline cannot share

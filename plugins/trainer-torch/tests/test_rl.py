@@ -106,6 +106,12 @@ def test_rl_steps_learn_publish_and_log(tmp_path, tiny_model, rl_config, weight_
     assert any("time/save_ckpt" in r for r in rows if r.get("producer") == "trainer")
     assert (run_dir / "checkpoints" / "step_2" / "trainer" / ".metadata").exists()
     assert run.progress["step"] == 2 and run.progress["total_samples"] == 8
+    # trainer.annotations (on by default): each step annotated the trained branch token for token
+    from prl_monitor_file import read_annotations
+
+    notes = read_annotations(run_dir / "monitors" / "file", "trainer", "beta--1.0")
+    assert [r["info"]["step"] for r in notes] == [1, 2]
+    assert all(len(r["branches"][0]["entropies"]) == len(PROMPT + BAD) for r in notes)
 
 
 def test_resume_republishes_and_continues_exactly(tmp_path, tiny_model, rl_config, weight_consumer):
@@ -152,3 +158,13 @@ def test_two_workers_under_torchrun_match_one(tmp_path, tiny_model, rl_config, w
         published[name] = consumer.weights[1]
     for key, value in published["one"].items():
         torch.testing.assert_close(published["two"][key], value, atol=2e-5, rtol=1e-4, msg=key)
+    # trainer.annotations: rank 1's records are gathered into rank 0's file monitor
+    from prl_monitor_file import read_annotations
+
+    notes = {name: read_annotations(tmp_path / "outputs" / name / "monitors" / "file", "trainer") for name in published}
+    assert {r["info"]["rank"] for r in notes["two"]} == {0, 1}
+    logps = {name: {r["trace_id"]: r["branches"][0]["trainer_logprobs"] for r in recs} for name, recs in notes.items()}
+    assert len(logps["one"]) == 4 and logps["one"].keys() == logps["two"].keys()
+    for trace_id, values in logps["one"].items():
+        assert values[0] is None and logps["two"][trace_id][0] is None
+        assert values[1:] == pytest.approx(logps["two"][trace_id][1:], abs=2e-4), trace_id

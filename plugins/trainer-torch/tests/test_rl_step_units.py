@@ -108,21 +108,29 @@ def test_token_statistics_average_per_env_and_over_all_envs():
     assert out["entropy/all/mean"] == pytest.approx(7 / 3)
     assert out["mismatch_kl/b/mean"] == pytest.approx(0.3) and out["mismatch_kl/c/mean"] == pytest.approx(0.15)
     assert out["mismatch_kl/all/mean"] == pytest.approx(0.2)
+    # std and max beside the mean: c's entropies are 2 and 4, all's are 1, 2 and 4
+    assert out["entropy/c/std"] == pytest.approx(1.0) and out["entropy/c/max"] == 4.0
+    assert out["entropy/b/std"] == 0.0 and out["entropy/b/max"] == 1.0
+    assert out["entropy/all/std"] == pytest.approx((14 / 9) ** 0.5) and out["entropy/all/max"] == 4.0
 
 
 def test_merged_metrics_add_sums_over_ranks_before_dividing():
     rank = {
         "loss": {"rl": 1.0, "all": 1.0}, "plugin": {"is_masked": 0.1, "ratio": 0.5},
-        "per_env": {"all": [2.0, 0.2, 4.0], "e": [3.0, 0.5, 1.0]}, "plugin_weight": 0.5, "tokens": 10.0,
+        "per_env": {"all": [2.0, 0.2, 4.0, 1.0, 0.5], "e": [3.0, 0.5, 1.0, 9.0, 3.0]}, "plugin_weight": 0.5,
+        "tokens": 10.0,
         "nonfinite": 1.0,
     }  # fmt: skip
-    other = {**rank, "per_env": {"all": [6.0, 0.6, 4.0]}, "plugin": {"is_masked": 0.3, "ratio": 0.5}}
+    other = {**rank, "per_env": {"all": [6.0, 0.6, 4.0, 11.0, 2.5]}, "plugin": {"is_masked": 0.3, "ratio": 0.5}}
     out = merge_stats([rank, other])
     assert out["loss/rl"] == 2.0 and out["loss/all"] == 2.0
     # plugin metrics are weighted sums over a total plugin weight of 1 (two ranks of 0.5)
     assert out["is_masked/mean"] == pytest.approx(0.4) and out["loss/ratio"] == 1.0
     assert out["entropy/all/mean"] == 1.0 and out["mismatch_kl/all/mean"] == pytest.approx(0.1)
     assert out["entropy/e/mean"] == 3.0 and out["mismatch_kl/e/mean"] == 0.5  # one token on one rank
+    # entropy max is the max over ranks; std comes from the summed squares: E[x^2] = 12/8, mean 1
+    assert out["entropy/all/max"] == 2.5 and out["entropy/all/std"] == pytest.approx(0.5**0.5)
+    assert out["entropy/e/std"] == 0.0
     assert out["loss/nonfinite_count"] == 2.0 and out["_tokens"] == 20.0
 
 

@@ -129,6 +129,8 @@ def _bind_weight_transport(cfg, inference, components) -> None:
 def cmd_rl(argv: list[str]) -> int:
     from prl.config.roots import RLConfig
 
+    if "--explain" in argv:
+        return _explain([a for a in argv if a != "--explain"])
     res = _resolve_or_help(RLConfig, argv, "prl rl")
     if res is None:
         return 0
@@ -163,6 +165,42 @@ def cmd_rl(argv: list[str]) -> int:
         raise MissingMachinery(f"the RL launch plan (prl.rl_launch) is not available: {exc}") from None
     processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir, clear_scratch=not cfg.dry_run)
     return _launch(cfg, paths, processes)
+
+
+def _explain(argv: list[str]) -> int:
+    """``prl rl ... --explain``: resolve as ``prl rl`` does (same usage errors), print what
+    the config means (prl.explain) and exit 0 without making a run directory."""
+    from prl.config.roots import RLConfig
+    from prl.explain import explain_rl
+
+    res = _resolve_or_help(RLConfig, argv, "prl rl")
+    if res is None:
+        return 0
+    for line in explain_rl(res.config):
+        print(line)
+    return 0
+
+
+def cmd_doctor(argv: list[str]) -> int:
+    """``prl doctor @ cfg.toml``: check this machine against an RL config (prl.doctor); one
+    line per check, exit 1 when any found a problem. Nothing is created or started."""
+    from prl.config.roots import RLConfig
+    from prl.doctor import doctor_rl
+
+    res = _resolve_or_help(RLConfig, argv, "prl doctor")
+    if res is None:
+        return 0
+    report = doctor_rl(res.config, res.merged)
+    for line in report.oks:
+        print(f"ok       {line}")
+    for line in report.problems:
+        print(f"PROBLEM  {line}")
+    if report.problems:
+        n = len(report.problems)
+        print(f"prl doctor: {n} problem{'s' if n > 1 else ''} found")
+        return 1
+    print(f"prl doctor: all {len(report.oks)} checks passed")
+    return 0
 
 
 def _launch(cfg, paths: RunPaths, processes: list) -> int:

@@ -72,6 +72,7 @@ _config_command("trainer", commands.cmd_trainer, "Run the RL trainer alone (Trai
 _config_command("env-server", commands.cmd_env_server, "Serve one source's environment (SourceConfig).")
 _config_command("sft-trainer", commands.cmd_sft_trainer, "Run the SFT trainer alone, no run set-up (SFTConfig).")
 _config_command("online-eval", commands.cmd_online_eval, "Evaluate an SFT run's broadcast weights (SFTConfig).")
+_config_command("doctor", commands.cmd_doctor, "Check this machine against an RL config (versions, GPUs, disk...).")
 
 
 app.add_typer(new_app)
@@ -89,9 +90,13 @@ def plugins_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 def dashboard_cmd(ctx: typer.Context) -> None:
     """Local read-only dashboard over run directories."""
     try:
-        from prl.dashboard import main as dashboard_main  # type: ignore[import-not-found]
+        from prl_dashboard import main as dashboard_main  # type: ignore[import-not-found]
     except ImportError:
-        print_error("the dashboard is not built yet in this version of prl", "Not available")
+        print_error(
+            "the dashboard is not installed; install the distribution 'prl-dashboard' "
+            "(pip install prl-dashboard, or pip install -e <repo>/plugins/dashboard from a checkout)",
+            "Not available",
+        )
         raise typer.Exit(1) from None
     raise typer.Exit(dashboard_main(list(ctx.args)))
 

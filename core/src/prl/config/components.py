@@ -31,6 +31,7 @@ from prl.config.sections import (
     default_output_dir,
 )
 from prl.config.unions import PluginConfig
+from prl.config.watchdog import WatchdogConfig
 
 ComponentMonitors = Annotated[PrlModel, MonitorsSection(component=True)]
 # Plugin unions as module-level aliases: a subscript with a string inside an annotation reads
@@ -231,6 +232,8 @@ class OrchestratorConfig(PrlModel):
     """Evaluations during training (optional)."""
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     """In-flight rollout band."""
+    watchdog: WatchdogConfig = Field(default_factory=WatchdogConfig)
+    """Stall watchdog: one line naming what the run waits on when no step finishes in time."""
     seed: int = 0
     """Seed of source mixing."""
     max_steps: Annotated[int, Field(ge=1)] | None = None
@@ -347,6 +350,13 @@ class TrainerConfig(PrlModel):
     """Total steps."""
     num_workers: Annotated[int, Field(ge=1)] = 1
     """Data-parallel processes (torchrun --nproc-per-node)."""
+    enable_token_export: bool = False
+    """Write per-token training records of every step to <run_dir>/token_exports/step_<S>/rank_<r>.jsonl
+    (trainer and sampler logprobs, advantages, masks, entropy), read by the dashboard's trace viewer."""
+    annotations: bool = True
+    """Send every trained trace branch's per-token advantages, trainer logprobs, entropies and loss mask
+    to the monitors as annotations (monitors/file/annotations/trainer), shown by the dashboard's trace
+    viewer; off saves gathering them to rank 0 and writing them on big runs."""
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport from the orchestrator."""
     weight_broadcast: WeightBroadcastField

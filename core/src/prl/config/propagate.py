@@ -77,6 +77,18 @@ def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str
         conflicts.append(f"{source}={value!r} vs {target}={current!r}")
 
 
+def _section_components(shared: str) -> tuple[str, ...]:
+    """Which sub-configs a shared section reaches: both, except a monitor whose class names
+    fewer in ``rl_components`` (prime: the orchestrator only)."""
+    both = ("trainer", "orchestrator")
+    if not shared.startswith("monitors."):
+        return both
+    from prl.plugins import get_registry
+
+    cls = get_registry().classes("monitors").get(shared.removeprefix("monitors."))
+    return tuple(getattr(cls, "rl_components", both)) if cls is not None else both
+
+
 def _check_output_dirs(data: dict) -> None:
     """The run's ``output_dir`` (given, else ``$PRL_OUTPUT_DIR`` or ``outputs``) decides the
     run directory; a component's own ``output_dir`` that differs would be replaced, so it is
@@ -133,7 +145,7 @@ def _propagate_sections(data: dict, conflicts: list[str]) -> None:
         value = _get(data, shared)
         if value is not None and not isinstance(value, dict):
             continue  # not a table: validating the shared field itself reports it
-        for comp in ("trainer", "orchestrator"):
+        for comp in _section_components(shared):
             target = f"{comp}.{shared}"
             if value is None:
                 _set(data, target, None)

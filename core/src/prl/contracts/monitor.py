@@ -31,6 +31,9 @@ class Monitor(Plugin, ABC):
     # ``("project",)``): under ``prl rl`` it must be on for both or neither, with these
     # fields equal. None: each side may use the monitor on its own.
     run_wide: ClassVar[tuple[str, ...] | None] = None
+    # The sub-configs of ``prl rl`` a shared ``[monitors.<key>]`` section turns on. A monitor
+    # whose platform run belongs to one process (prime: the orchestrator) names only that one.
+    rl_components: ClassVar[tuple[str, ...]] = ("trainer", "orchestrator")
     Config: ClassVar[type[MonitorConfig]] = MonitorConfig
 
     def __init__(self, config: MonitorConfig, run_dir: Path, producer: str, run_name: str = "") -> None:
@@ -46,9 +49,25 @@ class Monitor(Plugin, ABC):
     def log_traces(self, traces: list[dict[str, Any]], step: int | None) -> None:
         """Record finished episodes (dicts from :class:`prl.types.Trace`)."""
 
+    def log_annotations(self, records: list[dict[str, Any]], step: int | None) -> None:
+        """Record per-token arrays for trace branches, as this monitor's producer. A record is
+        ``{"version": 1, "trace_id", "info": {...}, "branches": [{"index": i, "<name>": [per
+        token], ...}]}`` (``docs/monitoring.md``); monitors that keep no tokens ignore it."""
+
     def log_plan(self, plan: dict[str, int], step: int | None) -> None:
         """Record how many rollouts each source will produce at ``step`` (``prl eval`` calls
         this once it knows its tasks), so a viewer can show progress against the total."""
+
+    def log_live(self, trace_id: str, event: dict[str, Any]) -> None:
+        """Record one event of an in-flight episode (:mod:`prl.live`). ``event["event"]`` is
+        ``dispatch`` (with ``env``, ``task_id``, ``group``, ``kind``, ``version``, ``time``),
+        ``start`` (``prompt`` messages), ``turn`` (``agent``, ``turn``, ``text``, ``tokens``,
+        ``finish_reason``) or ``end`` (the finished trace follows through ``log_traces``).
+        Default: ignored. Errors are logged once by the caller and never fail the episode."""
+
+    def clear_live(self) -> None:
+        """Forget in-flight episodes a killed earlier process left behind; the orchestrator
+        calls this once at start, before it dispatches. Default: nothing to forget."""
 
     def close(self) -> None:
         """Flush and release resources; called on success and error paths."""

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prl import procinfo
 from prl.config.components import SourceConfig
 from prl.config.errors import ConfigError
 from prl.contracts.inference import InferenceClient
@@ -115,6 +116,16 @@ class EnvSource:
     def address(self) -> str | None:
         return getattr(self._remote, "address", None)
 
+    @property
+    def pid(self) -> int | None:
+        """The pid of the env server this source spawned (None: in process, or started elsewhere)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def log_path(self) -> str | None:
+        """The log file of the env server this source spawned."""
+        return self._log_file.name if self._log_file is not None else None
+
     async def start(self) -> None:
         if not self.remote:
             return
@@ -149,6 +160,9 @@ class EnvSource:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         self._process = subprocess.Popen(cmd, stdout=self._log_target(), stderr=subprocess.STDOUT, env=env)
         log.info("env server of source '%s' started (pid %d): %s", self.name, self._process.pid, " ".join(cmd))
+        # Listed with the launcher's processes, so the stall watchdog and users find it.
+        procinfo.record(os.environ.get("PRL_ATTEMPT_LOG_DIR"), f"env-server {self.split}/{self.name}",
+                        self._process.pid, self.log_path)  # fmt: skip
         deadline = time.monotonic() + self.source.env.serve.startup_timeout
         while time.monotonic() < deadline:
             if address_file.exists():

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from prl.live import LiveEpisodes
 from prl.types import Sampling
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class OnlineEval:
         self.renderer = renderer
         self.monitors = monitors
         self.limit = asyncio.Semaphore(max_inflight)
+        self.live = LiveEpisodes(monitors)  # the orchestrator's monitors; it clears orphans
         self.tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -98,8 +100,15 @@ class OnlineEval:
         sampling = eval_sampling(self.config, source)
 
         async def one(task: Any):
-            async with self.limit:
-                return await env.rollout(task, self.client, self.renderer, sampling, version)
+            trace_id = self.live.new_id()
+            info = {"env": source.name, "task_id": task.task_id, "group": task.task_id, "kind": "eval"}
+            self.live.dispatch(trace_id, {**info, "version": version})
+            try:
+                async with self.limit:
+                    work = env.rollout(task, self.client, self.renderer, sampling, version)
+                    return await self.live.started(trace_id, list(task.prompt), work)
+            finally:
+                self.live.drop_pending(trace_id)
 
         async def group(task: Any) -> tuple[str, list[dict]]:
             traces = await asyncio.gather(*(one(task) for _ in range(k)))

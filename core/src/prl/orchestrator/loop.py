@@ -15,8 +15,9 @@ Versions and steps: batch ``S`` (steps count from 1) is trained on the weights o
   S - 2``; at every weight update, in-flight groups already too stale for batch ``S`` are
   cancelled, and an online evaluation starts when ``V`` is a multiple of
   ``eval.interval`` (:mod:`prl.orchestrator.evals`).
-* A stalled run says what it waits for: the batch being collected (traces ready, episodes
-  in flight) or the weights version it needs, every minute.
+* A stalled run says what it waits for: the stall watchdog
+  (:mod:`prl.orchestrator.watchdog`, ``[orchestrator.watchdog]``) watches this loop from a
+  thread and names inference, an env server, the trainer or the orchestrator itself.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prl.live import LiveEpisodes
 from prl.orchestrator import checkpoint
 from prl.orchestrator.buffer import FinishedGroup, GroupBuffer
 from prl.orchestrator.concurrency import AdaptiveConcurrency
@@ -37,6 +39,8 @@ from prl.orchestrator.packing import pack
 from prl.orchestrator.rollout import open_sender
 from prl.orchestrator.samples import MalformedTrace, TraceSamples, trace_to_samples
 from prl.orchestrator.sources import SourceMixer, TrainSource
+from prl.orchestrator.timed import TimedMetrics
+from prl.orchestrator.watchdog import StallWatchdog
 from prl.orchestrator.weights import WeightFollower
 from prl.types import Sampling, Trace
 
@@ -46,8 +50,6 @@ if TYPE_CHECKING:
     from prl.orchestrator.evals import OnlineEval
 
 log = logging.getLogger("prl.orchestrator")
-
-WATCHDOG_S = 60.0
 
 
 class Orchestrator:
@@ -71,6 +73,7 @@ class Orchestrator:
         self.renderer = renderer
         self.weights = weights
         self.monitors = monitors or []
+        self.live = LiveEpisodes(self.monitors)  # in-flight episodes, for the dashboard
         self.evaluator = evaluator  # prl.orchestrator.evals.OnlineEval or None
         self._no_eval_at: int | None = None
         self.step = 1
@@ -80,6 +83,9 @@ class Orchestrator:
         self.concurrency = AdaptiveConcurrency(config.concurrency.min_inflight, config.concurrency.max_inflight)
         self.inflight: dict[asyncio.Task, int] = {}
         self.inflight_episodes = 0
+        self.inflight_by_source: dict[str, int] = {}  # read by the stall watchdog
+        self.last_arrival: float | None = None  # monotonic time the last group finished
+        self.watchdog: StallWatchdog | None = None
         self.cancelled_groups = 0
         self.window: list[Trace] = []
         self.records: list[dict] = []
@@ -88,6 +94,8 @@ class Orchestrator:
         self._arrived = asyncio.Event()
         self._fatal: BaseException | None = None
         self._groups = 0
+        self.groups_dispatched = 0
+        self.timed = TimedMetrics(self, self.monitors)  # the step: null rows
         self._last_ship = time.monotonic()
         self._seeded_step, self._seeded_groups = 0, 0
         self._shipping = False
@@ -107,6 +115,7 @@ class Orchestrator:
         dispatcher = None
         try:
             await self._start()
+            self.timed.start()
             dispatcher = asyncio.create_task(self._dispatch_loop(), name="dispatcher")
             dispatcher.add_done_callback(self._task_failed)
             while self.config.max_steps is None or self.step <= self.config.max_steps:
@@ -119,6 +128,7 @@ class Orchestrator:
         finally:
             if dispatcher is not None:
                 dispatcher.cancel()
+            await self.timed.stop()
             await self._shutdown()
         return 0
 
@@ -127,6 +137,7 @@ class Orchestrator:
         for algorithm in self._algorithms():
             await algorithm.start()
         self.batches = open_sender(self.config.rollout_transport, self.run_dir)
+        self.live.clear()  # episodes a killed earlier orchestrator left in flight
         wait_ready = getattr(self.client, "wait_ready", None)
         if wait_ready is not None:
             log.info("waiting for inference at %s", getattr(self.client, "base_url", "?"))
@@ -147,8 +158,13 @@ class Orchestrator:
             await self.evaluator.start()
         self.follower = WeightFollower(self.weights, self.client, first, loaded, on_update=self._on_version)
         self.follower.start(last=self.config.max_steps)
+        if self.config.watchdog.enabled:
+            self.watchdog = StallWatchdog(self, self.config.watchdog, asyncio.get_running_loop())
+            self.watchdog.start()
 
     async def _shutdown(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         for task in list(self.inflight):
             task.cancel()
         await asyncio.gather(*self.inflight, return_exceptions=True)
@@ -222,6 +238,8 @@ class Orchestrator:
         group = asyncio.create_task(self._run_group(source, task, version, self._sampling(source)))
         self.inflight[group] = version
         self.inflight_episodes += source.group_size
+        self.inflight_by_source[source.name] = self.inflight_by_source.get(source.name, 0) + source.group_size
+        self.groups_dispatched += 1
         group.add_done_callback(self._group_done)
 
     def _group_done(self, task: asyncio.Task) -> None:
@@ -240,13 +258,18 @@ class Orchestrator:
         seed = ((self.config.seed * 1_000_003 + self.step) * 65_537 + self._seeded_groups) * 1024
         return dataclasses.replace(source.sampling, seed=seed)
 
-    async def _one(self, source: TrainSource, task: Any, version: int, sampling: Sampling) -> Trace:
+    async def _one(self, source: TrainSource, task: Any, version: int, sampling: Sampling, group: str) -> Trace:
+        trace_id = self.live.new_id()
+        info = {"env": source.name, "task_id": task.task_id, "group": group, "kind": "train", "version": version}
+        self.live.dispatch(trace_id, info)
         try:
             # An algorithm sampling from a frozen model runs the rollouts against its server.
             client = source.client if source.client is not None else self.client
-            trace = await source.env.rollout(task, client, self.renderer, sampling, version)
+            work = source.env.rollout(task, client, self.renderer, sampling, version)
+            trace = await self.live.started(trace_id, list(task.prompt), work)
         finally:
             self.inflight_episodes -= 1
+            self.inflight_by_source[source.name] -= 1
             self._wake.set()
         self.concurrency.on_done(failed=trace.is_timeout)
         return trace
@@ -256,7 +279,10 @@ class Orchestrator:
         # Episodes of a group get distinct seeds (the base seed plus their index).
         each = [sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
                 for i in range(source.group_size)]  # fmt: skip
-        traces = await asyncio.gather(*(self._one(source, task, version, each[i]) for i in range(source.group_size)))
+        group = f"d{self.groups_dispatched}"  # live rows only; finished rows get g<N> in arrival order
+        traces = await asyncio.gather(
+            *(self._one(source, task, version, each[i], group) for i in range(source.group_size))
+        )
         scored = [t for t in traces if t.ok and t.branches]
         if scored:
             source.algorithm.score_group(scored)
@@ -277,6 +303,7 @@ class Orchestrator:
                 trace.error = f"MalformedTrace: {exc}"
                 converted.append(TraceSamples(trace))
         self.window.extend(traces)
+        self.last_arrival = time.monotonic()
         if self.monitors:
             self._groups += 1
             now = time.time()
@@ -298,10 +325,7 @@ class Orchestrator:
 
     # ---- batches ----------------------------------------------------------------------
     async def _collect(self, step: int) -> None:
-        # The watchdog measures time without progress, not time without events: groups can
-        # keep finishing while none of their traces counts (filtered for lack of signal).
-        progress_at = said_at = time.monotonic()
-        count = self.buffer.count
+        # A stall shows as no step finishing; the watchdog thread reports it.
         while not self.buffer.ready(step):
             self._raise_if_failed()
             self._check_sources()
@@ -311,26 +335,6 @@ class Orchestrator:
                 await asyncio.wait_for(self._arrived.wait(), 1.0)
             except TimeoutError:
                 pass
-            now = time.monotonic()
-            if self.buffer.count > count:
-                progress_at, count = now, self.buffer.count
-            if now - progress_at >= WATCHDOG_S and now - said_at >= WATCHDOG_S:
-                said_at = now
-                log.warning(self._stall_message(step))
-
-    def _stall_message(self, step: int) -> str:
-        """What batch ``step`` waits on, in one line (the stall watchdog's report)."""
-        line = (
-            f"waiting for batch step {step}: {self.buffer.count}/{self.config.batch_size} traces ready, "
-            f"{self.inflight_episodes} episodes in flight, policy version {self.follower.version}"
-        )
-        if self.buffer.filtered_traces:
-            line += (
-                f"; {self.buffer.filtered_traces} finished traces were filtered out: every episode of their "
-                "group earned the same reward, so they carry no learning signal (start from a policy that "
-                "sometimes succeeds, or set orchestrator.constant_trainer_batch_size = false)"
-            )
-        return line
 
     def _check_sources(self) -> None:
         for source in list(self.mixer.sources):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from prl import live
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task
@@ -61,6 +62,9 @@ class Conversation:
         if parsed.get("reasoning_content"):
             message["reasoning_content"] = parsed["reasoning_content"]
         self.messages.append(message)
+        # The live view (prl.live) shows each turn as it returns; no-op outside a run.
+        live.report_turn({"agent": self.agent, "turn": self.turns, "text": content,
+                          "tokens": len(gen.token_ids), "finish_reason": gen.finish_reason})  # fmt: skip
         if self.truncated:
             self._open = None  # a cut-off turn has no end token to bridge from
         return content

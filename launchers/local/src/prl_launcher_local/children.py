@@ -21,9 +21,9 @@ from pathlib import Path
 
 from prl.contracts.launcher import ProcessSpec
 
-# Step lines, and the stall watchdog's "waiting for ..." reports: a stalled run must say
-# on the console what it waits on, not only in a log file.
-STATUS = re.compile(rb"\bStep \d+ \||\bwaiting for ")
+# Step lines, and the stall watchdog's reports ("watchdog: ...", "waiting for ..."): a
+# stalled run must say on the console what it waits on, not only in a log file.
+STATUS = re.compile(rb"\bStep \d+ \||\bwatchdog: |\bwaiting for ")
 TAIL_LINES = 30
 
 

@@ -25,6 +25,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from prl import procinfo
 from prl.contracts.launcher import Launcher, LauncherConfig, ProcessSpec
 from prl_launcher_local.children import Child, exit_code, stop_all
 
@@ -76,11 +77,11 @@ class LocalLauncher(Launcher):
         try:
             servers = [c for c in children if c.is_server]
             for child in servers:
-                child.start()
+                self._start(child)
             self._wait_ready(servers, children)
             for child in children:
                 if not child.is_server:
-                    child.start()
+                    self._start(child)
             return self._supervise(children)
         except RunStopped as stop:
             return stop.code
@@ -93,6 +94,13 @@ class LocalLauncher(Launcher):
             print(f"{p.name}: {' '.join(p.argv)}  > {p.log_path}")
 
     # ---- internals ----------------------------------------------------------------------
+    def _start(self, child: Child) -> None:
+        """Start ``child`` and list its pid next to its log (``processes.jsonl``, for the stall
+        watchdog and for users looking for the process)."""
+        child.start()
+        log_path = child.spec.log_path
+        procinfo.record(log_path.parent, child.name, child.proc.pid, log_path)
+
     def _placed(self, spec: ProcessSpec) -> ProcessSpec:
         """``spec`` with CUDA_VISIBLE_DEVICES for its role: inference first, then trainer."""
         n_infer, n_train = self.config.num_infer_gpus, self.config.num_train_gpus

@@ -5,6 +5,10 @@ Layout under ``<run_dir>/monitors/file`` (or ``path``)::
     metrics.jsonl                 one JSON object per row
     traces/stream/00000.jsonl     episode traces, chunked (00000.jsonl.zst once sealed with compress)
     traces/stream.index.jsonl     one summary row per episode: where to find it and its headline numbers
+    annotations/<producer>/00000.jsonl, annotations/<producer>.index.jsonl
+                                  per-token arrays of trace branches (prl_monitor_file.annotations)
+    live/<trace_id>.jsonl, live/pending/<trace_id>.json
+                                  in-flight episodes, removed when they end (prl_monitor_file.live)
 
 A metrics row is ``{"step": <int|null>, "time": <unix s>, "<name>": <number>, ...,
 "producer": "orch"|"trainer"|"eval"|"online-eval"}``. Trainer rank 0, orchestrator and eval
@@ -31,6 +35,8 @@ from pydantic import Field
 from prl.contracts.monitor import Monitor, MonitorConfig
 from prl.fsutil import write_atomic
 from prl.runs import current_attempt
+from prl_monitor_file import annotations as token_notes
+from prl_monitor_file.live import LiveWriter
 from prl_monitor_file.records import clean_metrics
 from prl_monitor_file.stream import TraceStream
 
@@ -48,8 +54,9 @@ class FileMonitor(Monitor):
         """Output directory; None is <run_dir>/monitors/file, a relative path is under run_dir."""
         chunk_bytes: Annotated[int, Field(ge=1)] = 5 * 1024**3
         """Seal a trace chunk once it reaches this many bytes."""
-        compress: bool = False
-        """Compress sealed chunks to seekable zstd (needs the zstandard package)."""
+        compress: bool = True
+        """Compress sealed chunks to seekable zstd (``NNNNN.jsonl.zst``); the index's offsets
+        stay those of the uncompressed chunk, and readers handle both forms."""
         float_decimals: Annotated[int, Field(ge=0)] = 4
         """Digits kept for floats in trace records."""
 
@@ -67,6 +74,8 @@ class FileMonitor(Monitor):
         attempt = current_attempt()
         self.attempt = attempt if attempt is not None and attempt > 1 else None
         self._stream = TraceStream(self.dir / "traces", config.chunk_bytes, config.compress, config.float_decimals)
+        self._annotations: TraceStream | None = None  # opened by the first log_annotations
+        self._live = LiveWriter(self.dir / "live")
 
     def log_plan(self, plan: dict[str, int], step: int | None) -> None:
         """Merge ``{source: rollouts}`` into ``plan.json`` as ``{source: {step: rollouts}}``."""
@@ -90,8 +99,29 @@ class FileMonitor(Monitor):
         if traces:
             self._stream.append(traces, step)
 
+    def log_annotations(self, records: list[dict[str, Any]], step: int | None) -> None:
+        for record in records:
+            token_notes.check(record)
+        if not records:
+            return
+        if self._annotations is None:
+            cfg = self.config
+            root = self.dir / "annotations"
+            self._annotations = TraceStream(
+                root, cfg.chunk_bytes, cfg.compress, cfg.float_decimals, name=self.producer, index=token_notes.index_row
+            )
+        self._annotations.append(records, step)
+
+    def log_live(self, trace_id: str, event: dict[str, Any]) -> None:
+        self._live.event(trace_id, event)
+
+    def clear_live(self) -> None:
+        self._live.clear()
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         self._stream.close()
+        if self._annotations is not None:
+            self._annotations.close()

@@ -9,8 +9,12 @@ independent frames of 1 MiB of input each, then a skippable frame holding the se
 0x8F92EAB1). Any zstd tool decompresses the whole file; a reader of the index jumps to
 the frame that holds an offset without inflating the chunk (:func:`read_trace`).
 
-Compression needs the optional ``zstandard`` package (``pip install prl-monitor-file[zstd]``).
-Without it ``compress = true`` logs one warning and sealed chunks stay plain ``.jsonl``.
+Compression (on by default) uses the ``zstandard`` package, a dependency of this member.
+Should it be missing, ``compress = true`` logs one warning and sealed chunks stay plain ``.jsonl``.
+
+The same chunked layout carries per-token annotations, one stream per producer
+(``annotations/<producer>/NNNNN.jsonl`` with ``annotations/<producer>.index.jsonl``): a
+:class:`TraceStream` is named by ``name`` and builds its index rows with ``index``.
 
 Several producers (orchestrator, eval) may share one stream: every append and every seal
 runs under an exclusive ``flock`` on ``traces/stream.lock``, and a writer whose chunk was
@@ -25,7 +29,7 @@ import logging
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,9 +55,19 @@ def zstd_available() -> bool:
 class TraceStream:
     """Appends episodes to the active chunk and the index; seals full chunks."""
 
-    def __init__(self, root: Path, chunk_bytes: int, compress: bool, float_decimals: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        chunk_bytes: int,
+        compress: bool,
+        float_decimals: int,
+        name: str = "stream",
+        index: Callable[[dict[str, Any], int | None, int, int], dict[str, Any]] = index_row,
+    ) -> None:
         self.root = root
-        self.dir = root / "stream"
+        self.name = name
+        self.index = index
+        self.dir = root / name
         self.chunk_bytes = chunk_bytes
         self.compress = compress and zstd_available()
         self.decimals = float_decimals
@@ -71,11 +85,11 @@ class TraceStream:
                 line = (json.dumps(round_floats(trace, self.decimals), separators=(",", ":")) + "\n").encode()
                 offset = os.fstat(fd).st_size
                 os.write(fd, line)
-                rows.append(index_row(trace, step, self._chunk, offset))
+                rows.append(self.index(trace, step, self._chunk, offset))
                 if offset + len(line) >= self.chunk_bytes:
                     self._seal()
             index = b"".join((json.dumps(r, separators=(",", ":")) + "\n").encode() for r in rows)
-            _append_bytes(self.root / "stream.index.jsonl", index)
+            _append_bytes(self.root / f"{self.name}.index.jsonl", index)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -102,7 +116,7 @@ class TraceStream:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.root / "stream.lock", "a") as lock:
+        with open(self.root / f"{self.name}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield

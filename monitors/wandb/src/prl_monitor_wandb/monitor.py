@@ -1,10 +1,17 @@
 """The ``wandb`` monitor (off by default; turn on with ``[monitors.wandb]``).
 
-Each producer (orch, trainer, eval, online-eval) logs to its own W&B run. The runs share
-the display name and group (both default to the prl run name) and differ by ``job_type``,
-so the W&B UI shows one group per prl run with one line per process. A run's id is derived
-from the run directory and the producer, so a resumed process (``--resume``) continues the
-same W&B run instead of starting a new one.
+Each producer (orch, trainer, eval) logs to its own W&B run. The runs share the display
+name and group (both default to the prl run name) and differ by ``job_type``, so the W&B UI
+shows one group per prl run with one line per process. A run's id is derived from the run
+directory and the producer, so a resumed process (``--resume``) continues the same W&B run
+instead of starting a new one.
+
+The online-eval process of ``prl sft`` is the exception: its ``eval/*`` rows belong beside
+the trainer's ``loss/*`` on one chart, so it writes into the trainer's run (same id). Online,
+both processes use W&B's ``shared`` mode (the trainer primary, online-eval labelled as a
+secondary writer that does not finish the run); offline, each process keeps its own run
+directory under ``monitors/wandb/<producer>``, and ``wandb sync`` merges the two files
+into the one run because they carry the same id.
 
 Metrics are plotted against prl's step (``define_metric("*", step_metric="step")``), not
 W&B's own call counter, so rows from different processes and rows logged twice per step
@@ -18,6 +25,7 @@ logged as a table (``rollouts/<kind>``) of their summary columns when ``log_trac
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -25,6 +33,8 @@ from pydantic import Field
 
 from prl.contracts.monitor import Monitor, MonitorConfig
 
+# Producers that write into the trainer's W&B run rather than one of their own.
+SHARES_TRAINER_RUN = frozenset({"online-eval"})
 COLUMNS = ["step", "id", "env", "reward", "advantage", "tokens", "turns", "stop_condition", "completion"]
 
 
@@ -63,20 +73,22 @@ class WandbMonitor(Monitor):
 
         self._wandb = wandb
         name = config.name or run_name or self.run_dir.name
+        shared = producer in SHARES_TRAINER_RUN
         wandb_dir = self.run_dir / "monitors" / "wandb"
+        if shared:  # two processes in one offline dir would write the same run-<id>.wandb file
+            wandb_dir = wandb_dir / producer
         wandb_dir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
             project=config.project,
             entity=config.entity,
             name=name,
             group=config.group or name,
-            job_type=producer,
+            job_type="trainer" if shared else producer,
             tags=config.tags or None,
-            mode=config.mode,
             id=run_id(self.run_dir, producer),
             resume="allow",
             dir=str(wandb_dir),
-            settings=wandb.Settings(console="off"),
+            **_mode(wandb, producer, config.mode),
         )
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
@@ -107,9 +119,24 @@ class WandbMonitor(Monitor):
 
 
 def run_id(run_dir: Path, producer: str) -> str:
-    """Stable W&B run id for one producer of one run directory."""
+    """Stable W&B run id for one producer of one run directory (online-eval: the trainer's)."""
+    producer = "trainer" if producer in SHARES_TRAINER_RUN else producer
     digest = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
     return f"prl-{digest}-{producer}"
+
+
+def _mode(wandb: Any, producer: str, mode: str | None) -> dict[str, Any]:
+    """``mode`` and ``settings`` for ``wandb.init``. Online, the trainer's run is opened in
+    ``shared`` mode (the trainer primary) so online-eval can write into it as a secondary
+    that leaves finishing to the trainer; offline runs cannot be shared (module docstring)."""
+    online = (mode or os.environ.get("WANDB_MODE") or "online") in ("online", "run")
+    if not online or (producer != "trainer" and producer not in SHARES_TRAINER_RUN):
+        return {"mode": mode, "settings": wandb.Settings(console="off")}
+    primary = producer == "trainer"
+    settings = wandb.Settings(
+        console="off", mode="shared", x_label=producer, x_primary=primary, x_update_finish_state=primary
+    )
+    return {"mode": None, "settings": settings}
 
 
 def trace_row(trace: dict[str, Any], step: int | None) -> list[Any]:

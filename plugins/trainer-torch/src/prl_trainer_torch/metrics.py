@@ -5,12 +5,15 @@ non-embedding parameters (forward 2 N, backward 4 N) plus causal attention, whic
 document of length L costs 6 * layers * hidden * L^2 over the whole document (QK^T and
 AV, halved by causality, times 3 for forward and backward). Activation-checkpoint
 recomputation is not counted (MFU counts model FLOPs, not hardware FLOPs).
-MFU = achieved model FLOP/s / (peak bf16 dense FLOP/s of the device x world size).
+MFU = achieved model FLOP/s / (peak bf16 dense FLOP/s of the device x world size). The peak
+comes from the GPU's name (``PEAK_FLOPS``), or from ``$PRL_PEAK_FLOPS`` (FLOP/s per device)
+for other devices; without either (a CPU run) no ``perf/mfu`` is reported.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -21,6 +24,17 @@ PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A
 
 
 def peak_flops(device: torch.device) -> float | None:
+    """Peak FLOP/s of one ``device``: ``$PRL_PEAK_FLOPS`` when set, else the table's figure
+    for a known GPU, else None."""
+    override = os.environ.get("PRL_PEAK_FLOPS")
+    if override:
+        try:
+            value = float(override)
+        except ValueError:
+            value = 0.0
+        if value > 0:
+            return value
+        log.warning("PRL_PEAK_FLOPS=%r is not a positive number of FLOP/s; ignored", override)
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
@@ -31,6 +45,16 @@ def model_flops(n_params: int, layers: int, hidden: int, doc_lengths: list[int])
     """Training FLOPs of one pass over documents of the given lengths (module docstring)."""
     tokens = sum(doc_lengths)
     return 6.0 * n_params * tokens + 6.0 * layers * hidden * sum(n * n for n in doc_lengths)
+
+
+def perf_metrics(flops: float, tokens: float, seconds: float, world: int, peak: float | None) -> dict[str, float]:
+    """``perf/throughput`` (tokens/s over all ranks), ``perf/throughput_per_gpu`` and, with
+    a known ``peak``, ``perf/mfu`` for one step of ``flops`` model FLOPs on ``world`` ranks."""
+    seconds = max(seconds, 1e-9)
+    out = {"perf/throughput": tokens / seconds, "perf/throughput_per_gpu": tokens / seconds / world}
+    if peak:
+        out["perf/mfu"] = flops / seconds / (peak * world)
+    return out
 
 
 def peak_memory_gib(device: torch.device) -> float:

@@ -10,7 +10,9 @@ Versions: version ``v`` is the weights after step ``v``; the base model is versi
 2. Each step S: wait for this rank's batch (the rollout transport's receiver), run
    the forward/backward of :mod:`prl_trainer_torch.rl_step`, clip the gradient norm to
    ``optim.max_norm``, step optimizer and scheduler, publish version S (the final step too:
-   the orchestrator waits to acknowledge it), then save a checkpoint when due.
+   the orchestrator waits to acknowledge it), then save a checkpoint when due. With
+   ``trainer.annotations`` on, each trained branch's per-token arrays go to the monitors
+   (:mod:`prl_trainer_torch.annotations`).
 
 The weight transport's handshake blocks until the orchestrator acknowledges a version, so
 the trainer can never run more than one version ahead of inference. Every rank takes part
@@ -36,12 +38,14 @@ import torch.distributed as tdist
 from prl import layout
 from prl.contracts.monitor import build_monitors
 from prl.orchestrator.rollout import open_receiver
+from prl_trainer_torch import annotations as notes
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
-from prl_trainer_torch.metrics import emit, peak_memory_gib
+from prl_trainer_torch.metrics import emit, model_flops, peak_flops, peak_memory_gib, perf_metrics
 from prl_trainer_torch.model import (
     GarbageCollector,
     apply_runtime_knobs,
+    count_params,
     init_distributed,
     load_hf_model,
     parallelize,
@@ -49,7 +53,8 @@ from prl_trainer_torch.model import (
 )
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
-from prl_trainer_torch.sft import run_dir_of
+from prl_trainer_torch.sft import _all_sum, run_dir_of
+from prl_trainer_torch.token_export import TokenExporter
 
 log = logging.getLogger("prl.trainer")
 RL_WEIGHT_DECAY = 0.0
@@ -100,6 +105,10 @@ class RLRun:
         mcfg = config.model
         apply_runtime_knobs(mcfg)
         self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
+        # perf/mfu: model FLOPs per step over the device's peak (prl_trainer_torch.metrics)
+        self.n_params = count_params(self.hf)[1]
+        self.shape = (self.hf.config.num_hidden_layers, self.hf.config.hidden_size)
+        self.peak = peak_flops(self.dist.device)
         dp = mcfg.data_parallel(self.dist.world)
         self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing, dp=dp)
         self.gc = GarbageCollector(mcfg.gc)
@@ -112,6 +121,12 @@ class RLRun:
         self.transport = config.weight_broadcast.build(run_dir=self.run_dir)
         self.batches = open_receiver(config.rollout_transport, self.run_dir, self.dist.rank)
         self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
+        self.exporter = None
+        if getattr(config, "enable_token_export", False):
+            self.exporter = TokenExporter(self.run_dir, self.dist.rank, self.dist.world, config.loss)
+        self.annotator = None
+        if notes.wanted(config):
+            self.annotator = notes.AnnotationCollector(self.dist.rank, self.dist.world, config.loss.type)
 
     def _resume(self) -> None:
         step_dir = rl_resume_dir(self.config, self.ckpt_root)
@@ -135,7 +150,16 @@ class RLRun:
         t1 = time.perf_counter()
         self.policy.train()
         mbs = [to_micro_batch(r, self.dist.device) for r in raw]
-        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world)
+        if self.exporter is not None:
+            self.exporter.begin(step)
+        if self.annotator is not None:
+            self.annotator.begin(step)
+        observer = notes.Fanout(self.exporter, self.annotator)
+        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world, observer)
+        if self.exporter is not None:
+            self.exporter.finish()
+        if self.annotator is not None:
+            notes.log_annotations(self.monitors, self.annotator.gather(), step)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.optim.max_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
@@ -149,10 +173,12 @@ class RLRun:
         self.progress["step"] = step
         self.progress["total_tokens"] += int(tokens)
         self.progress["total_samples"] += sum(len(r["seq_lens"]) for r in raw if any(r["loss_mask"]))
+        docs = [int(n) for r in raw for n in r["seq_lens"]]
+        (flops,) = _all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)
+        metrics.update(perf_metrics(flops, tokens, t2 - t1, self.dist.world, self.peak))
         metrics.update({
             "optim/lr": lr,
             "optim/grad_norm": float(grad_norm),
-            "perf/throughput": tokens / max(t2 - t1, 1e-9),
             "perf/peak_memory": peak_memory_gib(self.dist.device),
             "time/wait_for_batch": t1 - t0,
             "time/forward_backward": t2 - t1,

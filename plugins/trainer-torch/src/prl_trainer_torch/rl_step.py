@@ -20,13 +20,15 @@ Each micro-batch's backward uses ``loss_mb · world``: FSDP averages gradients o
 the sum over micro-batches and ranks is exactly the gradient of the one global loss.
 
 Statistics. ``entropy`` (of the tempered distribution) and ``mismatch_kl`` = e^ℓ − 1 − ℓ,
-ℓ = logp − inference logp, are averaged over the loss tokens, for all envs and per env.
+ℓ = logp − inference logp, are averaged over the loss tokens, for all envs and per env;
+entropy also gets its std and max over those tokens.
 Loss-plugin metrics (scalars, or per-token tensors first averaged over a micro-batch's rl
 tokens) are averaged over micro-batches weighted by their rl token counts.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +61,10 @@ class MicroBatch:
     env_names: list[str]
     tokens: int
     seq_lens: list[int] | None = None  # packed samples' token counts (per-sample losses split on them)
+    # Per packed sample: its env, trace and branch (the token export joins them with traces).
+    seq_env_names: list[str] = field(default_factory=list)
+    trace_ids: list[str] | None = None
+    branch_indices: list[int] | None = None
 
 
 def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
@@ -91,6 +97,9 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         # padding micro-batches (all-false loss mask) train nothing and count no tokens
         tokens=len(raw["input_ids"]) if any(raw["loss_mask"]) else 0,
         seq_lens=list(raw["seq_lens"]),
+        seq_env_names=list(raw["env_names"]),
+        trace_ids=raw.get("trace_ids"),
+        branch_indices=raw.get("branch_indices"),
         **fields,
     )
 
@@ -114,7 +123,8 @@ class StepStats:
     loss: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     plugin: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     plugin_weight: float = 0.0
-    per_env: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0, 0.0, 0.0]))
+    # per env (and "all"): entropy sum, mismatch-kl sum, token count, entropy square sum, entropy max
+    per_env: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0] * 5))
     tokens: float = 0.0
     nonfinite: float = 0.0
 
@@ -125,21 +135,30 @@ class StepStats:
             count = float(sel.sum())
             if count == 0:
                 continue
+            ent = entropy[sel].double()
             for key in ("all", name):
                 acc = self.per_env[key]
-                acc[0] += float(entropy[sel].sum())
+                acc[0] += float(ent.sum())
                 acc[1] += float(mkl[sel].sum())
                 acc[2] += count
+                acc[3] += float((ent * ent).sum())
+                acc[4] = max(acc[4], float(ent.max()))
 
 
-def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int) -> StepStats:
-    """Forward and backward over this rank's micro-batches; gradients accumulate in ``policy``."""
+def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int, export=None) -> StepStats:
+    """Forward and backward over this rank's micro-batches; gradients accumulate in ``policy``.
+
+    ``export`` (anything with ``add(micro_step, mb, logp, entropy)``: the token exporter, the
+    annotation collector, both through :class:`prl_trainer_torch.annotations.Fanout`; or
+    None) receives each micro-batch's per-token logprobs and entropy after its forward pass."""
     scales = global_scales(
         sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs)
     )
     stats = StepStats()
-    for mb in mbs:
+    for micro_step, mb in enumerate(mbs):
         logp, entropy = token_logprobs(policy, mb)
+        if export is not None:
+            export.add(micro_step, mb, logp, entropy)
         inputs = LossInputs(
             trainer_logprobs=logp,
             inference_logprobs=mb.inference_logprobs,
@@ -196,7 +215,7 @@ def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
     """The step's metrics from every rank's sums (``_plain`` dicts): sums add, then divide."""
     loss: dict[str, float] = defaultdict(float)
     plugin: dict[str, float] = defaultdict(float)
-    per_env: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    per_env: dict[str, list[float]] = {}
     pw = tokens = nonfinite = 0.0
     for s in ranks:
         for k, v in s["loss"].items():
@@ -204,14 +223,20 @@ def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
         for k, v in s["plugin"].items():
             plugin[k] += v
         for k, v in s["per_env"].items():
-            per_env[k] = [a + b for a, b in zip(per_env[k], v, strict=True)]
+            acc = per_env.get(k)
+            # the four sums add across ranks; the entropy max is the max of the ranks' maxima
+            per_env[k] = list(v) if acc is None else [*(acc[i] + v[i] for i in range(4)), max(acc[4], v[4])]
         pw, tokens, nonfinite = pw + s["plugin_weight"], tokens + s["tokens"], nonfinite + s["nonfinite"]
     out = {f"loss/{k}": v for k, v in loss.items()}
     for k, v in plugin.items():
         # is_masked is a headline metric of its own (``docs/monitoring.md``); the rest live under loss/.
         out["is_masked/mean" if k == "is_masked" else f"loss/{k}"] = v / max(pw, 1.0)
-    for env, (ent, mkl, count) in per_env.items():
-        out[f"entropy/{env}/mean"] = ent / max(count, 1.0)
+    for env, (ent, mkl, count, ent_sq, ent_max) in per_env.items():
+        mean = ent / max(count, 1.0)
+        out[f"entropy/{env}/mean"] = mean
+        # population std from the sums: E[x^2] - E[x]^2, clamped against rounding below zero
+        out[f"entropy/{env}/std"] = math.sqrt(max(ent_sq / max(count, 1.0) - mean * mean, 0.0))
+        out[f"entropy/{env}/max"] = ent_max
         out[f"mismatch_kl/{env}/mean"] = mkl / max(count, 1.0)
     out["loss/nonfinite_count"] = nonfinite
     out["_tokens"] = tokens

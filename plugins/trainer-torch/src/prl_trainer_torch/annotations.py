@@ -1,0 +1,122 @@
+"""Per-token trainer annotations (``trainer.annotations``, ``docs/monitoring.md``).
+
+Every RL step, each trace branch the trainer trained on gets one annotation record,
+handed to the monitors that keep annotations (the file monitor writes it to
+``monitors/file/annotations/trainer``; the dashboard's trace viewer overlays it)::
+
+    {"version": 1, "trace_id": ..., "info": {"step", "rank", "loss", "env", "micro_step"},
+     "branches": [{"index": i, "advantages": [...], "trainer_logprobs": [...],
+                   "entropies": [...], "loss_mask": [...]}]}
+
+Entry j of every array is token j of the branch's ``token_ids`` (prompt and completion
+alike, as the trainer saw them). A branch the orchestrator cut at ``seq_len`` has shorter
+arrays: only its first ``seq_len`` tokens were trained. The first token has no prediction:
+its logprob and entropy are null and it is never in the loss mask. Logprobs and entropies
+are this step's forward pass, before the optimizer step, at the temperature the token was
+sampled at.
+
+Ranks > 0 have no monitors: their records are gathered to rank 0, which logs them all. The
+switch is read on every rank, and so is whether any configured monitor keeps annotations,
+so every rank agrees on whether to take part in the gather.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from prl.contracts.monitor import Monitor
+from prl_trainer_torch.token_export import sequences
+
+VERSION = 1
+
+
+def keeps_annotations(monitor: type | Monitor) -> bool:
+    """Whether a monitor (class or instance) overrides the contract's no-op ``log_annotations``."""
+    cls = monitor if isinstance(monitor, type) else type(monitor)
+    return cls.log_annotations is not Monitor.log_annotations
+
+
+def wanted(config: Any) -> bool:
+    """``trainer.annotations`` is on and some enabled monitor section keeps annotations
+    (read from the config, so ranks without monitors decide the same as rank 0)."""
+    if not getattr(config, "annotations", False):
+        return False
+    section = getattr(config, "monitors", None)
+    if section is None:
+        return False
+    configs = [getattr(section, key) for key in type(section).model_fields]
+    return any(keeps_annotations(cfg.plugin_class()) for cfg in configs if cfg is not None)
+
+
+class Fanout:
+    """Hands each micro-batch's forward results to several observers (the token exporter
+    and the annotation collector both read them from ``run_micro_batches``)."""
+
+    def __init__(self, *observers: Any) -> None:
+        self.observers = [o for o in observers if o is not None]
+
+    def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
+        for observer in self.observers:
+            observer.add(micro_step, mb, logp, entropy)
+
+
+def _host(values: torch.Tensor) -> list:
+    """One device-to-host copy for a whole micro-batch tensor (never one per token)."""
+    values = values.detach()
+    return (values.float() if values.dtype.is_floating_point else values).cpu().tolist()
+
+
+class AnnotationCollector:
+    """Builds this rank's annotation records of one step (see module docstring)."""
+
+    def __init__(self, rank: int, world: int, loss_name: str) -> None:
+        self.rank, self.world, self.loss_name = rank, world, loss_name
+        self.step = 0
+        self.records: list[dict[str, Any]] = []
+
+    def begin(self, step: int) -> None:
+        """Start step ``step`` with no records."""
+        self.step, self.records = step, []
+
+    def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
+        """One record per real sequence of micro-batch ``mb`` after its forward pass."""
+        parts = list(sequences(mb))
+        if not parts:  # a padding micro-batch: nothing to copy to the host
+            return
+        arrays = {
+            "advantages": _host(mb.advantages),
+            "trainer_logprobs": _host(logp),
+            "entropies": _host(entropy),
+            "loss_mask": _host(mb.loss_mask),
+        }
+        for seq in parts:
+            branch: dict[str, Any] = {"index": seq.branch_index}
+            for name, values in arrays.items():
+                branch[name] = values[seq.start : seq.stop]
+            if seq.stop > seq.start:
+                # Nothing in its document predicts the first token (the trainer scores it 0).
+                branch["trainer_logprobs"][0] = branch["entropies"][0] = None
+            info = {"step": self.step, "rank": self.rank, "loss": self.loss_name, "env": seq.env_name}
+            info["micro_step"] = micro_step
+            self.records.append({"version": VERSION, "trace_id": seq.trace_id, "info": info, "branches": [branch]})
+
+    def gather(self) -> list[dict[str, Any]]:
+        """Every rank's records of the step on rank 0, in rank order; [] on other ranks
+        (collective when ``world > 1``: every rank must call it)."""
+        if self.world == 1:
+            return self.records
+        parts: list[Any] | None = [None] * self.world if self.rank == 0 else None
+        tdist.gather_object(self.records, parts, dst=0)
+        return [r for part in parts or [] for r in part]
+
+
+def log_annotations(monitors: list[Monitor], records: list[dict[str, Any]], step: int) -> None:
+    """Hand ``records`` to the monitors that keep annotations (rank 0's monitors)."""
+    if not records:
+        return
+    for monitor in monitors:
+        if keeps_annotations(monitor):
+            monitor.log_annotations(records, step)
