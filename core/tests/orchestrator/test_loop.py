@@ -47,8 +47,9 @@ def test_ships_every_step_with_all_fields(make_config, tmp_path, kit, capsys):
                 assert len(mb[key]) == n, key
             assert sum(mb["seq_lens"]) == n and len(mb["env_names"]) == len(mb["seq_lens"])
     # One metrics row per step, with the headline numbers.
-    assert [s for s, _ in monitor.rows] == [1, 2, 3]
-    row = monitor.rows[-1][1]
+    stepped = [(s, r) for s, r in monitor.rows if s is not None]  # step None: time-keyed rows
+    assert [s for s, _ in stepped] == [1, 2, 3]
+    row = stepped[-1][1]
     for key in ("reward/all/mean", "reward/count/mean", "seq_len/all/mean", "errored/all/mean",
                 "off_policy/mean_steps", "time/wait_for_policy", "progress/total_samples",
                 "is_truncated/all/mean", "empty/all/mean"):  # fmt: skip
@@ -117,7 +118,7 @@ def test_errored_rollouts_are_counted_not_trained(make_config, tmp_path, kit):
     monitor = kit.ListMonitor()
     code, _, trainer = _run(config, tmp_path, kit, monitor=monitor)
     assert code == 0
-    errored = sum(row["errored/all/mean"] * row["rollouts/all/count"] for _, row in monitor.rows)
+    errored = sum(row["errored/all/mean"] * row["rollouts/all/count"] for s, row in monitor.rows if s is not None)
     assert errored >= 1
     for ranks in trainer.batches.values():
         assert len({d for mb in ranks[0] for d in mb["trace_ids"] if d}) == 8

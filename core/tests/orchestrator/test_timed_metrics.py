@@ -66,3 +66,18 @@ def test_without_monitors_nothing_runs():
 
     asyncio.run(main())
     assert timed.probe.lags == []
+
+
+def test_a_run_shorter_than_the_interval_still_leaves_its_row_at_stop():
+    orch, sink = _orch(), Sink()
+    timed = TimedMetrics(orch, [sink], every_s=60.0)
+
+    async def main():
+        timed.start()
+        orch.client.requests, orch.client.request_seconds = 2, 1.0
+        await asyncio.sleep(0.05)
+        await timed.stop()
+        await timed.stop()  # a second stop writes nothing more
+
+    asyncio.run(main())
+    assert [(step, row["inference/requests"]) for step, row in sink.rows] == [(None, 2)]

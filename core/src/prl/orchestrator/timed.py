@@ -78,20 +78,28 @@ class TimedMetrics:
         ]
 
     async def stop(self) -> None:
+        """Stop sampling and write the last period's row: a run shorter than ``every_s``
+        still leaves one time-keyed row, and a longer one loses no tail."""
+        running = bool(self._tasks)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if running:
+            self._emit()
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.every_s)
-            row = self.row()
-            for monitor in self.monitors:
-                try:
-                    monitor.log(row, None)
-                except Exception as exc:  # noqa: BLE001 - a sink failing must not stop the run
-                    log.warning("time-keyed metrics: %s failed: %s", type(monitor).__name__, exc)
+            self._emit()
+
+    def _emit(self) -> None:
+        row = self.row()
+        for monitor in self.monitors:
+            try:
+                monitor.log(row, None)
+            except Exception as exc:  # noqa: BLE001 - a sink failing must not stop the run
+                log.warning("time-keyed metrics: %s failed: %s", type(monitor).__name__, exc)
 
     def _request_counts(self) -> tuple[int, float]:
         client = self.orch.client

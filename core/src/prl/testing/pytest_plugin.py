@@ -23,14 +23,34 @@ def register_plugin():
             unregister_inline(name)
 
 
+def _prl_environment() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k.startswith("PRL_")}
+
+
+def _restore(saved: dict[str, str]) -> None:
+    import os
+
+    for key in [k for k in os.environ if k.startswith("PRL_") and k not in saved]:
+        del os.environ[key]
+    os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_prl_environment_per_module():
+    """The same at module boundaries: a module-scoped fixture that runs a command in-process
+    exports before any test's own snapshot is taken, and would otherwise leak into every
+    later module (e.g. an env server logging under another run's PRL_ATTEMPT_LOG_DIR)."""
+    saved = _prl_environment()
+    yield
+    _restore(saved)
+
+
 @pytest.fixture(autouse=True)
 def _restore_prl_environment():
     """A command run in-process (typer's runner) exports PRL_RUN_* / PRL_ATTEMPT_* for its
     children; restore them so one test's run directory never leaks into the next test."""
-    import os
-
-    saved = {k: v for k, v in os.environ.items() if k.startswith("PRL_")}
+    saved = _prl_environment()
     yield
-    for key in [k for k in os.environ if k.startswith("PRL_") and k not in saved]:
-        del os.environ[key]
-    os.environ.update(saved)
+    _restore(saved)
