@@ -85,6 +85,7 @@ def test_failures_and_timeouts_are_recorded_not_raised():
 def test_spawned_env_server_writes_address_and_log_and_stops(tmp_path, monkeypatch):
     # A taskset that asks for its own process is spawned with `prl env-server`.
     monkeypatch.setattr(ReverseText, "in_process", False)
+    monkeypatch.delenv("PRL_ATTEMPT_LOG_DIR", raising=False)  # the log goes under this run
     attempt = tmp_path / "run" / "configs" / "attempt_1"
     env = EnvSource(source(), "eval", tmp_path / "run", attempt_config_dir=attempt)
 
