@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,3 +83,13 @@ def build_monitors(config: BaseModel, run_dir: Path, producer: str) -> list[Moni
     run_name = getattr(getattr(config, "run", None), "name", None) or ""
     configs = (getattr(section, key) for key in type(section).model_fields)
     return [cfg.build(run_dir=run_dir, producer=producer, run_name=run_name) for cfg in configs if cfg is not None]
+
+
+def log_time_keyed(monitors: list[Any], row: dict[str, float], who: str, log: logging.Logger) -> None:
+    """Log a ``step: null`` row to every monitor. A monitor that fails gets one warning on
+    ``log`` naming ``who`` wrote the row, never an error: a run must outlive its side rows."""
+    for monitor in monitors:
+        try:
+            monitor.log(row, None)
+        except Exception as exc:  # noqa: BLE001 - a sink failing must not stop the run
+            log.warning("%s: monitor %s could not log: %s", who, type(monitor).__name__, exc)

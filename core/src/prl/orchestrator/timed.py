@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from prl.contracts.monitor import log_time_keyed
+
 log = logging.getLogger("prl.orchestrator")
 
 EVERY_S = 5.0
@@ -94,12 +96,7 @@ class TimedMetrics:
             self._emit()
 
     def _emit(self) -> None:
-        row = self.row()
-        for monitor in self.monitors:
-            try:
-                monitor.log(row, None)
-            except Exception as exc:  # noqa: BLE001 - a sink failing must not stop the run
-                log.warning("time-keyed metrics: %s failed: %s", type(monitor).__name__, exc)
+        log_time_keyed(self.monitors, self.row(), "time-keyed metrics", log)
 
     def _request_counts(self) -> tuple[int, float]:
         client = self.orch.client

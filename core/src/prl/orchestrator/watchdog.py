@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prl import handshake, procinfo
+from prl.contracts.monitor import log_time_keyed
 from prl.envs.protocol import ProtocolClient
 
 if TYPE_CHECKING:
@@ -183,11 +184,7 @@ class StallWatchdog:
         self._step_done_at = None
 
     def _log_row(self, row: dict[str, float]) -> None:
-        for monitor in self.orch.monitors:
-            try:
-                monitor.log(row, None)
-            except Exception as exc:  # noqa: BLE001 - a sink failing must not hide the stall line
-                log.warning("watchdog: monitor %s could not log: %s", type(monitor).__name__, exc)
+        log_time_keyed(self.orch.monitors, row, "watchdog", log)
 
     # ---- signals --------------------------------------------------------------------
     def _published(self) -> int | None:
