@@ -55,6 +55,14 @@ def qwen3_06b_config():
     )
 
 
+def tiny_config():
+    """A 2-layer model of the same family: CPU smoke tests of the benchmarks."""
+    cfg = qwen3_06b_config()
+    small = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    heads = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "layer_types": None}
+    return type(cfg)(**{**cfg.to_dict(), **small, **heads})
+
+
 def make_docs(steps: int, tokens_per_step: int, vocab: int, seed: int = 0) -> list[list[dict]]:
     """Per step, documents of 64-2048 tokens summing to tokens_per_step."""
     g = torch.Generator().manual_seed(seed)
@@ -323,21 +331,7 @@ def main() -> int:
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (CPU smoke test)")
     args = p.parse_args()
     dist = init_distributed()
-    cfg = qwen3_06b_config()
-    if args.tiny:  # a CPU smoke test of this script
-        cfg = type(cfg)(
-            **{
-                **cfg.to_dict(),
-                "vocab_size": 512,
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 2,
-                "num_key_value_heads": 1,
-                "head_dim": 32,
-                "layer_types": None,
-            }
-        )
+    cfg = tiny_config() if args.tiny else qwen3_06b_config()
     steps_docs = make_docs(args.steps, args.tokens_per_step, cfg.vocab_size)
     torch.manual_seed(0)
     # One random init (seeded, on CPU) shared by every run so losses are comparable.

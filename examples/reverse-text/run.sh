@@ -27,6 +27,7 @@ SFT_RUN=reverse-text-task-sft
 SFT_STEPS=$(python -c 'import tomllib; print(tomllib.load(open("examples/reverse-text/sft.toml", "rb"))["max_steps"])')
 SFT_CKPT="$OUT/$SFT_RUN/checkpoints/step_$SFT_STEPS"
 SERVER_PID=""
+DEMO_START=$(date +%s)
 
 stop_server() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -74,5 +75,6 @@ held_out_reward models/tiny-rl reverse-text-eval-rl
 echo
 echo "prl rl took ${rl_seconds}s. Held-out reward before and after RL (mean over texts ± standard error):"
 python examples/reverse-text/heldout.py "$OUT/reverse-text-eval-sft" "$OUT/reverse-text-eval-rl"
+echo "The demo took $(( $(date +%s) - DEMO_START ))s in all (model init, SFT, both evaluations, RL, exports)."
 echo "Curves: $OUT/reverse-text-rl/monitors/file/metrics.jsonl (reward/all/mean and entropy/all/mean by step)"
 echo "        or: prl dashboard $OUT   (then open the reverse-text-rl run)"

@@ -41,17 +41,22 @@ def main(argv: list[str]) -> int:
         return 2
     CURVES.mkdir(exist_ok=True)
     failed = []
-    cache = Path(tempfile.mkdtemp(prefix="golden-models-"))  # warm-started models, shared by runs
-    for name in names:
-        result = record(name, cache)
-        ok = all(passes(result["learned"][signal], margin) for signal, margin in result["margins"].items())
-        print(f"golden {name}: {result['seconds']}s, learned {result['learned']} (margins {result['margins']})"
-              f"{'' if ok else '  <-- below margin, not written'}", flush=True)  # fmt: skip
-        if ok:
-            curve_path(name).write_text(json.dumps(result, indent=1) + "\n")
-        else:
-            failed.append(name)
+    with tempfile.TemporaryDirectory(prefix="golden-models-") as cache:  # warm-started models, shared by runs
+        for name in names:
+            if not record_one(name, Path(cache)):
+                failed.append(name)
     return 1 if failed else 0
+
+
+def record_one(name: str, cache: Path) -> bool:
+    """Record ``name``'s run; write its curve only when it learned by its margins."""
+    result = record(name, cache)
+    ok = all(passes(result["learned"][signal], margin) for signal, margin in result["margins"].items())
+    print(f"golden {name}: {result['seconds']}s, learned {result['learned']} (margins {result['margins']})"
+          f"{'' if ok else '  <-- below margin, not written'}", flush=True)  # fmt: skip
+    if ok:
+        curve_path(name).write_text(json.dumps(result, indent=1) + "\n")
+    return ok
 
 
 if __name__ == "__main__":

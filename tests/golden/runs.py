@@ -1,11 +1,10 @@
 """Golden learning curves: one short CPU run per algorithm whose learning signal must move.
 
-Each entry of ``RUNS`` is a complete ``prl rl`` run on a built-in taskset (reverse-text,
-one word) with the tiny model made here from a fixed seed, ``orchestrator.deterministic =
-true`` and one trainer thread, so a run repeats itself on one machine and stays close on
-another. A run takes about 90 s on two (shared) CPU cores. Its curve is, per step, each
-``signals`` metric: orchestrator metrics from the orchestrator's rows of ``metrics.jsonl``,
-the ones in ``trainer_signals`` from the trainer's.
+Each entry of ``RUNS`` is a complete ``prl rl`` run on the built-in reverse-text taskset
+with the tiny model made here from a fixed seed, ``orchestrator.deterministic = true`` and
+one trainer thread, so a run repeats itself on one machine and stays close on another. Its
+curve is, per step, each ``signals`` metric: orchestrator metrics from the orchestrator's
+rows of ``metrics.jsonl``, the ones in ``trainer_signals`` from the trainer's.
 
 Two checks use a curve (``tests/golden/test_golden.py``, marked ``slow``):
 
@@ -16,25 +15,22 @@ Two checks use a curve (``tests/golden/test_golden.py``, marked ``slow``):
   ``tolerance`` of the recorded curve's, so a change that breaks or silently weakens
   learning fails, not only one that breaks shapes.
 
-What two CPU minutes of RL do to the random tiny model is modest: the policy moves
-decisively (entropy about 5.7 -> 2) while the reward rises only a little (about 0.08 ->
-0.10). The margin is therefore on the entropy, and the reward curve is held to its
-recording. Multi-agent learning needs a policy that sometimes makes a legal move, which
-takes minutes of supervised warm start on these CPUs: it has its own slow test,
-``test_multi_agent.py`` (rae on kuhn-poker).
+The signal is the reward for the RL algorithms, the reverse KL for opd and opsd, the
+cross-entropy for sft. From random weights two CPU minutes of RL collapse the entropy but
+leave the reward within its noise, so the RL runs start from a brief supervised warm start
+(``warmstart.reverse_warm_start``), a policy that is sometimes partly right, as a real run
+starts from an instruction-tuned model. opd and sft serve a frozen model (``frozen``) with
+``prl inference`` on loopback for the run's length.
 
 Re-record after an intended change of learning behaviour (and commit the JSON files)::
 
     .venv/bin/python tests/golden/record.py            # every algorithm
     .venv/bin/python tests/golden/record.py rae echo   # some
 
-Adding an algorithm (opd, opsd, sft, ...): add a ``GoldenRun`` to ``RUNS`` with its
-``algo`` table, ``extra`` TOML for anything else it needs (a frozen teacher's or sampling
-source's table; the server itself can be started by ``prepare``, which gets the model
-directory), and the metrics that show its learning as ``signals`` with margins, e.g.
-``signals={"loss/ref_kl/mean": -0.01}, trainer_signals=("loss/ref_kl/mean",),
-tolerance={"loss/ref_kl/mean": 0.05}`` for a KL that must fall. Then record its curve with
-the command above; ``test_golden.py`` parametrises over ``RUNS`` by itself.
+Adding an algorithm: add a ``GoldenRun`` to ``RUNS`` with its ``algo`` table, ``extra``
+TOML for anything else it needs, ``frozen`` for a served teacher or sampler, and the
+metrics that show its learning as ``signals`` with margins (see the opd entry). Then record
+its curve with the command above; ``test_golden.py`` parametrises over ``RUNS`` by itself.
 """
 
 from __future__ import annotations
@@ -42,15 +38,16 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 CURVES = Path(__file__).parent / "curves"
 WINDOW = 5
 REVERSE = 'id = "reverse-text"\nmax_words = 1'
-RL_SIGNALS: dict[str, float | None] = {"entropy/all/mean": -1.0, "reward/all/mean": None}
-RL_TOLERANCE = {"entropy/all/mean": 0.6, "reward/all/mean": 0.04}
+RL_SIGNALS: dict[str, float | None] = {"reward/all/mean": 0.03, "entropy/all/mean": None}
+RL_TOLERANCE = {"reward/all/mean": 0.07, "entropy/all/mean": 0.6}
 
 
 @dataclass
@@ -68,26 +65,101 @@ class GoldenRun:
     trainer_signals: tuple[str, ...] = ("entropy/all/mean",)
     """Signals read from the trainer's rows instead of the orchestrator's."""
     steps: int = 30
-    group_size: int = 8
+    group_size: int = 4
     batch_size: int = 16
     max_tokens: int = 8
-    lr: float = 5e-3
+    lr: float = 2e-3
     extra: str = ""
     """More TOML appended to the run's config."""
-    prepare: Callable[[Path], None] | None = None
-    """Runs on the fresh model directory before training (a warm start, a frozen server)."""
+    prepare: Callable[[Path], None] | None = field(default_factory=lambda: _reverse_warm_start)
+    """Runs on the fresh model directory before training (a warm start)."""
+    frozen: Callable[[Path], Path] | None = None
+    """Builds a frozen model (an opd teacher, an sft sampler) in the given directory; the run
+    then serves it with ``prl inference`` on loopback for its whole length, and ``{frozen}``
+    and ``{url}`` in ``extra`` become its path and base URL."""
     seed: int = 0
+
+
+def _reverse_warm_start(model_dir: Path) -> None:
+    from warmstart import reverse_warm_start
+
+    reverse_warm_start(model_dir, steps=60)
+
+
+def _teacher(out: Path) -> Path:
+    """opd's teacher: the student's own tiny model at temperature 1/8 (reachable, far)."""
+    from prl.testing.distill import sharpened_model
+
+    return sharpened_model(out, seed=0, scale=8.0)
+
+
+def _sampler(out: Path) -> Path:
+    """sft's sampler: another seed's tiny model at temperature 1/8, so its answers are far
+    from the student's own and the cross-entropy on them starts high."""
+    from prl.testing.distill import sharpened_model
+
+    return sharpened_model(out, seed=1, scale=8.0)
+
+
+def _demo_warm_start(model_dir: Path) -> None:
+    from warmstart import demo_warm_start
+
+    demo_warm_start(model_dir, TEMPLATE)
+
+
+TEMPLATE = "The correct reply to the next request is: {demonstration}"
+DISTILL = {"steps": 20, "group_size": 2, "batch_size": 8, "max_tokens": 16, "lr": 3e-3}
+DISTILL["taskset"] = 'id = "reverse-text"'  # its default texts of 1-3 words
+
+
+def _distill(algo: str, signal: str, margin: float, tolerance: float, **kw) -> GoldenRun:
+    """A distillation run: its one signal is a trainer metric that must fall."""
+    return GoldenRun(algo, signals={signal: margin}, tolerance={signal: tolerance}, trainer_signals=(signal,),
+                     **{**DISTILL, **kw})  # fmt: skip
 
 
 RUNS: dict[str, GoldenRun] = {
     "grpo": GoldenRun('type = "grpo"'),
     "max_rl": GoldenRun('type = "max_rl"'),
     "echo": GoldenRun('type = "echo"\nroles = { user = { alpha = 0.1 } }'),
-    "debug": GoldenRun('type = "debug"'),
+    # debug's advantage is a constant, whatever the reward: it sharpens the policy towards its
+    # own samples, so its signal is the entropy falling, and its reward is compared only
+    "debug": GoldenRun('type = "debug"', signals={"entropy/all/mean": -0.5, "reward/all/mean": None}),
     # single-agent here: rae's per-agent baseline is then one running baseline of the reward,
     # and hierarchical_grpo's (no agent of an episode role) the group mean
     "rae": GoldenRun('type = "rae"'),
     "hierarchical_grpo": GoldenRun('type = "hierarchical_grpo"\nepisode_agents = ["solver"]'),
+    # reverse KL to a frozen teacher, served for the run
+    "opd": _distill(
+        'type = "opd"',
+        "loss/ref_kl",
+        -0.3,
+        0.15,
+        frozen=_teacher,
+        prepare=None,
+        extra='[orchestrator.train.algo.teacher]\nname = "{frozen}"\nbase_url = "{url}"',
+    ),
+    # cross-entropy on a frozen sampler's answers
+    "sft": _distill(
+        'type = "sft"',
+        "loss/ce",
+        -1.0,
+        0.4,
+        frozen=_sampler,
+        prepare=None,
+        extra='[orchestrator.train.algo.sampling.source]\nname = "{frozen}"\nbase_url = "{url}"',
+    ),
+    # reverse KL to the policy shown the answer; a random tiny model barely reads its context,
+    # so it starts warm: taught to answer differently with and without the demonstration
+    "opsd": _distill(
+        f'type = "opsd"\ndemo_key = "answer"\ntemplate = "{TEMPLATE}"',
+        "loss/ref_kl",
+        -0.5,
+        0.5,
+        prepare=_demo_warm_start,
+        steps=15,
+        lr=1e-3,
+    ),
 }
 
 
@@ -144,11 +216,26 @@ def execute(name: str, workdir: Path, cache: Path | None = None) -> dict[str, li
     model = workdir / "model"
     shutil.copytree(base_model(run, cache or workdir / "cache"), model)
     toml = workdir / "golden.toml"
-    toml.write_text(config_toml(run, model, workdir / "outputs"))
-    code = cmd_rl(["@", str(toml), "--run.name", name])
+    with frozen_server(run, workdir) as (frozen, url):
+        body = config_toml(run, model, workdir / "outputs").replace("{frozen}", frozen).replace("{url}", url)
+        toml.write_text(body)
+        code = cmd_rl(["@", str(toml), "--run.name", name])
     if code != 0:
         raise RuntimeError(f"prl rl for golden run '{name}' exited {code}")
     return read_curve(workdir / "outputs" / name, run)
+
+
+@contextmanager
+def frozen_server(run: GoldenRun, workdir: Path) -> Iterator[tuple[str, str]]:
+    """(path, base URL) of the run's frozen model served for the run's length; ("", "") if none."""
+    if run.frozen is None:
+        yield "", ""
+        return
+    from prl.testing.servers import running_inference
+
+    frozen = run.frozen(workdir / "frozen")
+    with running_inference(frozen, workdir / "frozen-server") as url:
+        yield str(frozen), url
 
 
 def read_curve(run_dir: Path, run: GoldenRun) -> dict[str, list[float]]:

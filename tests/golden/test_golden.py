@@ -1,5 +1,5 @@
 """Golden learning curves (see ``runs.py``): every algorithm's short CPU run must learn by
-its stated margin and stay within tolerance of its recorded curve. Slow: about 90 s per
+its stated margin and stay within tolerance of its recorded curve. Slow: about 1-2 min per
 algorithm on two cores. Re-record with ``python tests/golden/record.py``."""
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def test_golden_curve(name, tmp_path, golden_cache):
     curve = execute(name, tmp_path, golden_cache)
     for signal, margin in run.signals.items():
         moved = learned(curve[signal])
+        shown = [round(x, 3) for x in windows(curve[signal])]
+        print(f"golden {name}: {signal} moved {moved:+.4f} (margin {margin}), window means {shown}")
         assert passes(moved, margin), f"{name}: {signal} moved {moved:+.4f} in {run.steps} steps, margin {margin}"
         new, old = windows(curve[signal]), windows(recorded[signal])
         assert len(new) == len(old), f"{name}: {signal} has {len(new)} windows, the recorded curve {len(old)}"

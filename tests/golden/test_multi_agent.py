@@ -41,7 +41,8 @@ def test_rae_on_kuhn_poker_learns_legal_play(tmp_path):
 
     model = make_model(tmp_path / "model", preset="tiny")
     kuhn_warm_start(Path(model))
-    run = GoldenRun('type = "rae"', 'id = "kuhn-poker"', {}, steps=30, group_size=4, batch_size=16, max_tokens=6)
+    kuhn = {"steps": 30, "group_size": 4, "batch_size": 16, "max_tokens": 6, "lr": 5e-3}  # as measured
+    run = GoldenRun('type = "rae"', 'id = "kuhn-poker"', {}, **kuhn)
     toml = tmp_path / "rae.toml"
     toml.write_text(config_toml(run, Path(model), tmp_path / "out"))
     assert cmd_rl(["@", str(toml), "--run.name", "kuhn"]) == 0

@@ -13,6 +13,7 @@ About 320 steps reach well-formed words; that takes minutes on two CPU cores.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 WORDS = ("check", "bet", "call", "fold")
@@ -43,9 +44,6 @@ def kuhn_conversations(rng: random.Random, n: int, turns: int = 8) -> list[list[
 
 def fit(model_dir: Path, conversations: list[list[dict]], steps: int, lr: float, batch: int = 4) -> None:
     """Train the model in ``model_dir`` on the assistant turns (cross-entropy) and save it."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from prl.plugins import get_registry
 
     renderer = get_registry().get("renderers", "auto").Config().build(tokenizer=str(model_dir))
@@ -54,6 +52,14 @@ def fit(model_dir: Path, conversations: list[list[dict]], steps: int, lr: float,
         rendered = renderer.render(messages)
         pairs = zip(rendered.token_ids, rendered.roles, strict=True)
         rows.append((rendered.token_ids, [t if role == "assistant" else -100 for t, role in pairs]))
+    train(model_dir, rows, steps, lr, batch)
+
+
+def train(model_dir: Path, rows: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int = 4) -> None:
+    """Fit the model in ``model_dir`` to ``rows`` of (token ids, labels; -100 is unscored) and save it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -77,3 +83,55 @@ def kuhn_warm_start(model_dir: Path) -> None:
     conversations = kuhn_conversations(random.Random(0), 200)
     fit(model_dir, conversations, steps=120, lr=2e-2)
     fit(model_dir, conversations, steps=200, lr=1e-2)
+
+
+def replies(model_dir: Path) -> Callable[[list[dict], str], tuple[list[int], list[int]]]:
+    """A training row maker: (messages, reply) -> (ids, labels) with the messages rendered by
+    the model's chat template and its generation prompt, exactly as sampling sees them, and
+    only the reply and its end-of-turn token scored."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    def row(messages: list[dict], reply: str) -> tuple[list[int], list[int]]:
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = tok.encode(text, add_special_tokens=False)
+        answer = tok.encode(reply, add_special_tokens=False) + [end]
+        return prompt + answer, [-100] * len(prompt) + answer
+
+    return row
+
+
+def demo_warm_start(model_dir: Path, template: str, count: int = 32) -> None:
+    """opsd's warm start: reply "yes" when the prompt shows the answer (``template``) and "no"
+    when it does not, on ``count`` reverse-text training prompts (120 steps at lr 1e-2).
+
+    A random tiny model barely reads its context (its KL between the two prompts is ~0.003
+    nats), so self-distillation would have nothing to close; after this the shown answer
+    changes the reply and opsd must move the plain prompt's reply towards it. The prompts
+    are the model's chat template with its generation prompt, as opsd's reference sees them."""
+    from prl_algo_opsd import demo_messages
+    from prl_tasks_builtin.reverse_text import ReverseText
+
+    reply = replies(model_dir)
+    tasks = [t for _, t in zip(range(count), ReverseText(ReverseText.Config()).tasks("train"), strict=False)]
+    rows = []
+    for task in tasks:
+        rows += [reply(task.prompt, "no"), reply(demo_messages(task.prompt, task.data["answer"], template), "yes")]
+    train(model_dir, rows, steps=120, lr=1e-2)
+
+
+def reverse_warm_start(model_dir: Path, steps: int = 60, count: int = 200) -> None:
+    """The RL runs' warm start: a brief fit to reverse-text answers (one word, ``steps`` at
+    lr 1e-2), which leaves a policy that writes short, partly right reversals and stops.
+
+    From random weights two CPU minutes of RL move the policy (entropy ~5.7 -> 2) but hardly
+    its reward (~0.08 -> 0.10, within its noise); from a policy that sometimes succeeds the
+    reward itself rises, as in a real run started from an instruction-tuned model."""
+    from prl_tasks_builtin.reverse_text import ReverseText
+
+    taskset = ReverseText(ReverseText.Config(max_words=1))
+    tasks = [t for _, t in zip(range(count), taskset.tasks("train"), strict=False)]
+    reply = replies(model_dir)
+    train(model_dir, [reply(t.prompt, t.data["answer"]) for t in tasks], steps=steps, lr=1e-2)

@@ -31,14 +31,13 @@ def _loss(**cfg):
     return IPOLoss(IPOLoss.Config(**cfg))
 
 
-@pytest.fixture(autouse=True)
-def _replay_available(request, monkeypatch):
-    """The score-centering maths is tested as it will run once the trainer replays sampling."""
-    if "score_centering" in request.node.name and "rejected" not in request.node.name:
-        monkeypatch.setattr(loss_module, "SAMPLING_REPLAY", True)
+def test_score_centering_is_accepted_now_that_the_trainer_replays_sampling():
+    assert loss_module.SAMPLING_REPLAY is True
+    assert IPOLoss.Config(score_centering=True).score_centering is True
 
 
-def test_score_centering_is_rejected_at_config_time_while_replay_is_unavailable():
+def test_score_centering_is_rejected_at_config_time_while_replay_is_unavailable(monkeypatch):
+    monkeypatch.setattr(loss_module, "SAMPLING_REPLAY", False)
     with pytest.raises(ValidationError) as err:
         IPOLoss.Config(score_centering=True)
     assert "trainer.loss.score_centering = true needs sampling replay" in str(err.value)

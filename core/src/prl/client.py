@@ -79,6 +79,7 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
         choice.get("finish_reason") or "stop",
         response_version(body, choice),
         sampling_mask=choice.get("sampling_mask"),
+        sampling_mask_logprobs=choice.get("sampling_mask_logprobs"),
     )
 
 

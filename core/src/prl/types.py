@@ -33,6 +33,8 @@ class Generation:
     # Per sampled token, the ids top-k/top-p left to sample from (sampling replay); None
     # when sampling was not truncated.
     sampling_mask: list[list[int]] | None = None
+    # Per sampled token, the untruncated sampling logprobs of those ids (same shape).
+    sampling_mask_logprobs: list[list[float]] | None = None
 
 
 @dataclass
@@ -54,6 +56,10 @@ class Branch:
     ce_weights: list[float] | None = None
     ref_kl_weights: list[float] | None = None
     ref_logprobs: list[float] | None = None
+    # Sampling replay, aligned with token_ids ([] where a token was not sampled or sampling
+    # did not truncate); None when no token of the branch was truncated.
+    sampling_mask: list[list[int]] | None = None
+    sampling_mask_logprobs: list[list[float]] | None = None
 
 
 @dataclass
@@ -96,3 +102,5 @@ class TrainingSample:
     trace_id: str = ""
     branch_index: int = 0
     ref_logprobs: list[float] | None = None
+    sampling_mask: list[list[int]] | None = None  # sampling replay (see Branch)
+    sampling_mask_logprobs: list[list[float]] | None = None

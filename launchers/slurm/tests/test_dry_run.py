@@ -138,6 +138,51 @@ def test_multi_node_spelling_reserves_every_node(tmp_path, fake_sbatch, model, m
     assert not (tmp_path / "out" / "job" / "configs" / "latest" / "resolved" / "rl.json").exists()
 
 
+def test_two_inference_nodes_run_an_engine_each_behind_a_router_on_the_first(
+    tmp_path, fake_sbatch, model, monkeypatch, capsys
+):
+    from prl_launcher_slurm.node import node_processes
+
+    extra = """
+        [deployment]
+        type = "multi_node"
+        num_infer_nodes = 2
+        num_train_nodes = 1
+        [inference.server]
+        backend_port = 8200
+        [rollout_transport]
+        type = "filesystem"
+    """
+    monkeypatch.delenv("PRL_API_KEY", raising=False)
+    code, out, err = _prl(
+        ["rl", "@", str(_rl_toml(tmp_path, model, extra)), "--dry-run"], fake_sbatch, tmp_path, monkeypatch, capsys
+    )
+    assert code == 0, err
+    launcher = tmp_path / "out" / "job" / "launcher"
+    assert "#SBATCH --nodes=3" in (launcher / "rl.sbatch").read_text()
+    plan = json.loads((launcher / "rl.plan.json").read_text())
+    assert (launcher / "rl.plan.json").stat().st_mode & 0o077 == 0  # holds the engines' key
+    resolved = tmp_path / "out" / "job" / "configs" / "latest" / "resolved"
+    engines = [json.loads((resolved / "inference" / f"node_{k}.json").read_text())["server"] for k in (0, 1)]
+    assert [(e["host"], e["port"], e["engines"]) for e in engines] == [("0.0.0.0", 8200, 1), ("0.0.0.0", 8201, 1)]
+    assert [e["port"] for e in plan["infer_engines"]] == [8200, 8201] and plan["api_key"]
+    monkeypatch.setattr("prl_launcher_slurm.node.node_addr", lambda host: f"{host}.cluster")
+    hosts = ["a", "b", "c"]
+    first, second, trainer = (node_processes(plan, rank, hosts, "7") for rank in range(3))
+    router = next(p for p in first if p.argv[1:3] == ["-m", "prl.engines"])
+    assert router.argv[-2:] == ["http://a.cluster:8200", "http://b.cluster:8201"] and router.ready_file
+    assert router.log_path.name == "router.log" and router.env["PRL_API_KEY"] == plan["api_key"]
+    assert {p.role for p in first} == {"inference", "orchestrator"}
+    # The second node serves its engine until the first is done (a marker in the run's logs).
+    assert [p.health_url for p in second] == ["http://127.0.0.1:8201", None]
+    assert second[1].argv[-2:] == [
+        "--wait-for",
+        str(tmp_path / "out" / "job" / "logs" / "attempt_1" / "inference" / ".node_0_done"),
+    ]
+    assert second[0].env["PRL_API_KEY"] == plan["api_key"] and "PRL_READY_FILE" not in second[0].env
+    assert [p.role for p in trainer] == ["trainer"]
+
+
 def test_sft_slurm_dry_run_plans_the_trainer_only(tmp_path, fake_sbatch, model, monkeypatch, capsys):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a", "completion": "b"}\n')

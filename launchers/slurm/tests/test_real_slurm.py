@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -172,6 +173,33 @@ def test_prl_rl_trainer_spans_two_nodes(workdir, slurm_env):
     for k in (0, 1):
         assert "[default0]:" in (logs / "trainer" / f"node_{k}.log").read_text()
         assert list((logs / "trainer" / "torchrun" / f"node_{k}").glob("*/attempt_0/0/stdout.log"))
+    _check_rl_run(run)
+
+
+def test_prl_rl_two_inference_nodes_behind_the_router(workdir, slurm_env):
+    """2 inference nodes (one torch engine each) behind the router on the first, 1 trainer node."""
+    import socket
+
+    with socket.socket() as s:  # two free ports in a row for backend_port + 0, + 1
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    extra = """
+        [deployment]
+        type = "multi_node"
+        num_infer_nodes = 2
+        num_train_nodes = 1
+    """
+    args = ["rl", "@", str(_rl_toml(workdir, extra)), "--run.name", "rl-2inf", "--inference.server.backend-port"]
+    proc = _prl([*args, str(port)], workdir, {**slurm_env, "PRL_API_KEY": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = workdir / "out" / "rl-2inf"
+    logs = run / "logs" / "attempt_1"
+    router = (logs / "inference" / "router.log").read_text()
+    assert "router: /update_weights: engine versions [2, 2]" in router
+    routed = re.search(r"requests routed per engine \[(\d+), (\d+)\]", router)
+    assert routed and min(int(n) for n in routed.groups()) > 0, router[-2000:]
+    for k in (0, 1):
+        assert f"listening on http://0.0.0.0:{port + k}" in (logs / "inference" / f"node_{k}.log").read_text()
     _check_rl_run(run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import pytest
@@ -161,3 +162,13 @@ def test_truncated_sampling_returns_its_mask(state):
     assert len(p.sampling_mask) == 5 and all(t in m for t, m in zip(p.token_ids, p.sampling_mask, strict=False))
     assert all(0 < len(m) < state.vocab_size for m in p.sampling_mask)
     assert plain.completions[0].sampling_mask == []
+    # with each kept id, its untruncated logprob: the sampled token's is the one reported,
+    # and the kept mass reaches top_p
+    for comp in (k, p):
+        assert [len(v) for v in comp.sampling_mask_logprobs] == [len(m) for m in comp.sampling_mask]
+        for t, lp, ids, lps in zip(
+            comp.token_ids, comp.logprobs, comp.sampling_mask, comp.sampling_mask_logprobs, strict=True
+        ):
+            assert lps[ids.index(t)] == pytest.approx(lp, abs=1e-5)
+    assert all(sum(math.exp(v) for v in lps) >= 0.5 - 1e-6 for lps in p.sampling_mask_logprobs)
+    assert plain.completions[0].sampling_mask_logprobs == []

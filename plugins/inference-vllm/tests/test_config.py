@@ -8,6 +8,7 @@ from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
 from pydantic import ValidationError
 
 from prl.config.components import InferenceConfig
+from prl.config.sections import LoraConfig
 from prl.plugins import get_registry
 from prl.serving import is_loopback
 
@@ -48,6 +49,18 @@ def test_typed_fields_and_extra_args_become_vllm_flags() -> None:
     assert pairs["--override-generation-config"] == '{"temperature": 0.5}'
     assert "--enforce-eager" in argv and "--no-enable-prefix-caching" in argv and "--disable-log-stats" in argv
     assert "--enable-lora" not in argv  # off by default: no flag at all
+
+
+@pytest.mark.parametrize(("rank", "max_rank"), [(8, None), (16, None), (24, "32"), (64, "64")])
+def test_a_lora_run_turns_lora_on_with_a_rank_that_fits(rank: int, max_rank: str | None) -> None:
+    cfg = inference()
+    cfg.model.lora = LoraConfig(rank=rank)
+    argv = vllm_argv(cfg)
+    assert "--enable-lora" in argv
+    if max_rank is None:
+        assert "--max-lora-rank" not in argv  # vLLM's default (16) fits
+    else:
+        assert argv[argv.index("--max-lora-rank") + 1] == max_rank
 
 
 @pytest.mark.parametrize(

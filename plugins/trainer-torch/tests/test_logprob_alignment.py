@@ -96,14 +96,13 @@ def test_rl_step_reports_zero_mismatch_kl_on_policy(policy, on_policy_batch):
         assert abs(metrics[key]) < 1e-6, (key, metrics[key])
 
 
-def test_truncated_sampling_is_refused_with_one_line():
-    """A batch sampled with top_p < 1 or top_k carries a sampling mask the trainer cannot
-    replay yet: it must stop with a usage error naming the setting, not train wrongly."""
+def test_a_sampling_mask_out_of_step_with_the_tokens_is_one_line():
+    """The packer must align one kept-id list with every token; anything else is named."""
     from prl.config.errors import ConfigError
 
-    raw = {"sampling_mask": [[1, 2]], "position_ids": [0, 1], "env_names": ["e"]}
+    raw = {"input_ids": [5, 6, 7], "sampling_mask": [[1, 2]], "position_ids": [0, 1, 2], "env_names": ["e"]}
     with pytest.raises(ConfigError) as err:
         to_micro_batch(raw, torch.device("cpu"))
     assert str(err.value) == (
-        "sampling_mask: trainer 'torch' does not replay truncated sampling yet; sample with top_p = 1 and no top_k"
+        "sampling_mask: 1 entries for 3 tokens; the rollout packer must align one kept-id list with every token"
     )

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 torch = lazy_import("torch")  # registry loads must stay torch-free
 
 # Whether the trainer replays truncated sampling (sampling_mask → the mask logprobs that
-# score centering reads). Until it does, score_centering is a config error, not a failure at
-# the first step.
-SAMPLING_REPLAY = False
+# score centering reads). The torch trainer does; while a trainer did not, score_centering
+# was a config error rather than a failure at the first step.
+SAMPLING_REPLAY = True
 
 
 class IPOLoss(Loss):
@@ -64,8 +64,8 @@ class IPOLoss(Loss):
         adv_tau: float = 1.0
         """Multiplier on the advantage."""
         score_centering: bool = False
-        """Subtract the sampler-expected weighted score; requires truncated sampling and
-        sampling replay in the trainer (rejected while the trainer has none)."""
+        """Subtract the sampler-expected weighted score; requires truncated sampling (top_p < 1
+        or top_k) from a backend that reports the sampling mask and its logprobs (torch)."""
 
         @field_validator("score_centering")
         @classmethod

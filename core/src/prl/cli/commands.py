@@ -120,10 +120,38 @@ def _pin_rollout_port(trainer, orchestrator) -> None:
 def _bind_weight_transport(cfg, inference, components) -> None:
     """Let the weight transport size itself for this run's inference workers, then hand
     every component the same settings (ports picked here, not once per process)."""
-    workers = inference.backend.worker_count() if inference is not None else 1
+    # Behind a router every engine joins the broadcast group: the workers of all of them.
+    workers = inference.backend.worker_count() * (inference.server.engines or 1) if inference is not None else 1
     cfg.weight_broadcast.bind_run(workers)
     for component in components:
         component.weight_broadcast = cfg.weight_broadcast.model_copy()
+
+
+def _place_inference(cfg) -> None:
+    """Engines behind the router from ``[deployment]``, and the GPU counts checked against
+    this machine when it is the one that runs them (not for a batch scheduler's job)."""
+    from prl.engines import resolve_engines
+    from prl.gpus import check_deployment
+
+    if not cfg.deployment.submits:
+        check_deployment(cfg.deployment)
+    if cfg.inference is not None:
+        resolve_engines(cfg.inference, cfg.deployment)
+
+
+def _place_trainer(cfg, merged: dict) -> None:
+    """One trainer rank per train GPU of a single-node ``[deployment]`` (torchrun
+    nproc = num_train_gpus), unless the config sets the worker counts itself."""
+    gpus = getattr(cfg.deployment, "num_train_gpus", 0) or 0
+    if gpus <= 1 or getattr(cfg.deployment, "num_train_nodes", 0):
+        return
+    if "num_workers" in (merged.get("trainer") or {}) or "num_train_workers" in (merged.get("orchestrator") or {}):
+        return
+    try:
+        cfg.trainer.model.data_parallel(gpus)
+    except ValueError as exc:
+        raise ConfigError(f"--deployment.num-train-gpus: {gpus} trainer ranks: {exc}") from None
+    cfg.trainer.num_workers = cfg.orchestrator.num_train_workers = gpus
 
 
 def cmd_rl(argv: list[str]) -> int:
@@ -142,6 +170,8 @@ def cmd_rl(argv: list[str]) -> int:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
     client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
+    _place_inference(cfg)
+    _place_trainer(cfg, res.merged)
     _pin_inference_port(cfg.inference)
     _pin_rollout_port(cfg.trainer, cfg.orchestrator)
     _bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])
@@ -231,8 +261,10 @@ def cmd_sft(argv: list[str]) -> int:
         server = cfg.inference.server
         cfg.eval.client.base_url = f"http://{server.host}:{server.port}"
     _share_identity(cfg, cfg.inference)
+    _place_inference(cfg)
     if cfg.inference is not None:
-        cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count())
+        engines = cfg.inference.server.engines or 1
+        cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count() * engines)
     resolved: dict = {"sft": cfg}
     if cfg.inference is not None:
         resolved["inference"] = cfg.inference
@@ -332,6 +364,10 @@ def cmd_inference(argv: list[str]) -> int:
     check_models(models_of(cfg, res.merged))
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
+    if (cfg.server.engines or 1) > 1:
+        from prl.engines import serve_engines
+
+        return serve_engines(cfg, cfg.server.engines)
     cfg.backend.build(inference=cfg).serve()
     return 0
 

@@ -15,9 +15,9 @@ from prl.config.sections import (
     ConcurrencyConfig,
     EnvVars,
     LogConfig,
-    ModelConfig,
     OptimConfig,
     PartialSamplingConfig,
+    PolicyModelConfig,
     RendererField,
     ResumeConfig,
     RolloutTransportConfig,
@@ -203,7 +203,7 @@ class EvalGroupConfig(PrlModel):
 class OrchestratorConfig(PrlModel):
     """The orchestrator: dispatch, scoring, off-policy control, packing (no torch)."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: PolicyModelConfig = Field(default_factory=PolicyModelConfig)
     """Policy model served by inference."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     """Tokenizer for rendering."""
@@ -281,7 +281,7 @@ class GCConfig(PrlModel):
     """Collect every N steps (automatic collection stays off between them)."""
 
 
-class ModelTrainConfig(ModelConfig):
+class ModelTrainConfig(PolicyModelConfig):
     """The trained model and how it is laid out."""
 
     seq_len: Annotated[int, Field(ge=8)] = 2048
@@ -290,6 +290,11 @@ class ModelTrainConfig(ModelConfig):
     """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass."""
+    optim_cpu_offload: bool = True
+    """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs."""
+    full_offload: bool = False
+    """Keep gradients, fp32 master weights and optimizer state in host memory and run the
+    optimizer step inside the backward (adamw or signsgd; gradient clipping off, one warning)."""
     attn_implementation: str = "auto"
     """transformers attention implementation (sdpa, flex_attention, ...), or auto: prl_varlen
     (flash attention over the packed documents, no mask) on CUDA with torch >= 2.10, else sdpa."""
@@ -420,12 +425,23 @@ class ServerConfig(PrlModel):
     """Write the bound URL here once serving ($PRL_READY_FILE when unset)."""
     limits: ServerLimitsConfig = Field(default_factory=ServerLimitsConfig)
     """Per-request and in-flight limits that keep one client from exhausting the server."""
+    engines: Annotated[int, Field(ge=1)] | None = None
+    """Engine processes behind one address (data parallel): above 1, a router listens on
+    ``port`` and spreads requests over engines on ``backend_port`` + i. None: under
+    ``prl rl``/``prl sft`` one engine per inference GPU's worth of ``[deployment]
+    num_infer_gpus`` (GPUs per engine: the backend's worker count), else 1."""
+    backend_port: Annotated[int, Field(ge=0, le=65535)] = 8100
+    """First engine's port when a router is in front (engine i listens on backend_port + i;
+    0 picks free ports)."""
+    router: Literal["prl"] = "prl"
+    """Router in front of several engines: prl's own (``prl.router``); the reference's
+    vllm-router binary is not used."""
 
 
 class InferenceConfig(PrlModel):
     """The inference server."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: PolicyModelConfig = Field(default_factory=PolicyModelConfig)
     """Model served."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     """Tokenizer (chat_template must match the other components)."""

@@ -17,6 +17,7 @@ _MISSING = object()
 _LEAVES: list[tuple[str, list[str]]] = [
     ("model.name", ["trainer.model.name", "orchestrator.model.name", "inference.model.name"]),
     ("model.vlm", ["trainer.model.vlm", "orchestrator.model.vlm"]),
+    ("model.lora", ["trainer.model.lora", "orchestrator.model.lora", "inference.model.lora"]),
     ("log.level", ["trainer.log.level", "orchestrator.log.level", "inference.log.level"]),
     ("log.json_logging", ["trainer.log.json_logging", "orchestrator.log.json_logging", "inference.log.json_logging"]),
     ("tokenizer.name", ["trainer.tokenizer.name", "orchestrator.tokenizer.name"]),

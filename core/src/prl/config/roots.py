@@ -18,6 +18,7 @@ from prl.config.components import (
     _monitors,
     expand_backend_section,
 )
+from prl.config.errors import ConfigError
 from prl.config.monitors import MonitorsSection, check_run_wide
 from prl.config.propagate import propagate_shared
 from prl.config.sections import (
@@ -29,6 +30,7 @@ from prl.config.sections import (
     ModelConfig,
     OptimConfig,
     PartialSamplingConfig,
+    PolicyModelConfig,
     RendererField,
     ResumeConfig,
     RolloutTransportConfig,
@@ -145,7 +147,7 @@ class RLConfig(CommonRunFields):
     """Resume, copied over trainer and orchestrator (optional)."""
     monitors: SharedMonitors = Field(default_factory=lambda: _monitors(False))
     """Metric sinks propagated to trainer and orchestrator."""
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: PolicyModelConfig = Field(default_factory=PolicyModelConfig)
     """Policy model (shared)."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     """Tokenizer (shared)."""
@@ -167,7 +169,7 @@ class RLConfig(CommonRunFields):
             # [inference.vllm] model = ... is an explicit inference.model.name, so it is
             # folded in before the shared model.name fills only what is left unset.
             data = {**data, "inference": expand_backend_section(data["inference"])}
-        return propagate_shared(data)
+        return propagate_shared(_lora_transport(data))
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RLConfig:
@@ -198,7 +200,43 @@ class RLConfig(CommonRunFields):
                 f"orchestrator.num_train_workers ({o.num_train_workers}) must equal "
                 f"trainer.num_workers ({t.num_workers})"
             )
+        _check_lora(self)
         return self
+
+
+def _lora_transport(data: dict) -> dict:
+    """A LoRA run without ``[weight_broadcast]`` uses an installed transport that carries
+    adapters (filesystem) even when the installed default cannot."""
+    model = data.get("model")
+    if not isinstance(model, dict) or model.get("lora") is None or "weight_broadcast" in data:
+        return data
+    from prl.plugins import get_registry
+
+    registry = get_registry()
+    classes = registry.classes("weight_transports")
+    default = registry.default_tag("weight_transports")
+    tags = [t for t, c in classes.items() if getattr(c.Config, "carries_adapters", False)]
+    if not tags or default in tags:
+        return data  # the default carries them, or none does (_check_lora says so)
+    return {**data, "weight_broadcast": {"type": tags[0]}}
+
+
+def _check_lora(cfg: RLConfig) -> None:
+    """LoRA is set once under [model.lora] and needs a transport that carries adapters
+    (ConfigError, not ValueError: one line naming the field, not a validation report)."""
+    t, o = cfg.trainer, cfg.orchestrator
+    if t.model.lora != o.model.lora:
+        raise ConfigError("model.lora: set LoRA once under [model.lora] so trainer and orchestrator agree")
+    lora = t.model.lora
+    if lora is None:
+        return
+    if not getattr(type(cfg.weight_broadcast), "carries_adapters", False):
+        raise ConfigError(
+            f"weight_broadcast.type '{cfg.weight_broadcast.type}' cannot carry LoRA adapters: "
+            'use type = "filesystem" or leave [weight_broadcast] unset'
+        )
+    if lora.name == o.model.name:
+        raise ConfigError(f"model.lora.name '{lora.name}' must differ from the base model's name")
 
 
 class SFTDataConfig(PrlModel):
@@ -306,6 +344,11 @@ class SFTConfig(CommonRunFields):
     @model_validator(mode="after")
     def _eval_checks(self) -> SFTConfig:
         check_sft_eval(self)
+        if self.model.lora is not None and self.eval is not None:
+            raise ValueError(
+                "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "
+                "evaluate an export made with prl export --merge-lora"
+            )
         self.model.data_parallel(self.num_workers)
         return self
 

@@ -69,6 +69,24 @@ class SFTLossConfig(PrlModel):
     """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(PrlModel):
+    """LoRA: train low-rank adapters on the target linear layers; the base stays frozen."""
+
+    rank: Annotated[int, Field(ge=1)] = 16
+    """Adapter rank r (A is r x in, B is out x r)."""
+    alpha: Annotated[float, Field(gt=0)] = 32.0
+    """Scale numerator: the adapter's output is multiplied by alpha / rank."""
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Dropout on the adapter's input while training."""
+    target_modules: Annotated[list[str], Field(min_length=1)] = Field(default_factory=lambda: list(LORA_TARGETS))
+    """Linear layers that get an adapter, by the last part of their module name."""
+    name: Annotated[str, Field(min_length=1)] = "prl-lora"
+    """Name the adapter is served under; RL requests ask for it as their model."""
+
+
 class ModelConfig(PrlModel):
     """The policy model."""
 
@@ -76,6 +94,13 @@ class ModelConfig(PrlModel):
     """HF model id or local model directory."""
     vlm: bool = False
     """Vision-language model."""
+
+
+class PolicyModelConfig(ModelConfig):
+    """The policy model that is trained (and, in RL, served while it trains)."""
+
+    lora: LoraConfig | None = None
+    """Train (and serve) a LoRA adapter instead of the full weights (optional; [model.lora])."""
 
 
 class TokenizerConfig(PrlModel):
@@ -132,8 +157,8 @@ class ResumeConfig(PrlModel):
 class OptimConfig(PrlModel):
     """Optimizer."""
 
-    type: Literal["adamw", "sgd"] = "adamw"
-    """Optimizer type."""
+    type: Literal["adamw", "sgd", "signsgd"] = "adamw"
+    """Optimizer type (signsgd: lr · sign(gradient), decoupled weight decay)."""
     lr: Annotated[float, Field(gt=0)] = 1e-6
     """Peak learning rate."""
     weight_decay: float | Literal["auto"] = "auto"

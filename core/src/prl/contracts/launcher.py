@@ -25,6 +25,12 @@ class LauncherConfig(PluginConfigBase):
         as ``[slurm]``."""
         return super().build(run_dir=run_dir, root=root)
 
+    def gpu_ids(self) -> set[int]:
+        """GPU ids (0-based, among this machine's visible devices) the launcher places the
+        run's processes on when it runs them here; ``prl rl``/``prl sft`` check that this
+        machine has them (:mod:`prl.gpus`). Default: none (the processes pick devices)."""
+        return set()
+
 
 @dataclass
 class ProcessSpec:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the trainer publishes torch tensors; core never imports tor
 class WeightTransportConfig(PluginConfigBase):
     """Base of ``[weight_broadcast]`` variants."""
 
+    carries_adapters: ClassVar[bool] = False
+    """Whether the transport can hand over LoRA adapters (:meth:`WeightTransport.publish_adapter`);
+    a LoRA run with a transport that cannot is refused at config time."""
+
     timeout: Annotated[float, Field(gt=0)] = 1200.0
     """Seconds either side waits in the handshake before failing (the trainer also waits
     this long for a batch)."""
@@ -49,6 +53,13 @@ class WeightTransport(Plugin, ABC):
     @abstractmethod
     def publish(self, state_dict: dict[str, Tensor], version: int) -> None:
         """Trainer side: make ``state_dict`` available as ``version`` (blocks until done)."""
+
+    def publish_adapter(self, tensors: dict[str, Tensor], adapter_config: dict[str, Any], version: int) -> None:
+        """Trainer side, LoRA runs: make the adapter (PEFT tensor names and
+        ``adapter_config.json`` contents) available as ``version``; ``receive`` then returns
+        a directory the consumer passes to ``/load_lora_adapter``. Only transports whose
+        config sets ``carries_adapters`` implement it."""
+        raise NotImplementedError(f"weight transport '{self.type}' cannot carry LoRA adapters")
 
     @abstractmethod
     def receive(self, version: int, timeout: float, load: bool = True) -> str | None:

@@ -156,7 +156,12 @@ class Orchestrator:
             log.info("resumed from %s: next batch is step %d", step_dir, self.step)
         if self.evaluator is not None:
             await self.evaluator.start()
-        self.follower = WeightFollower(self.weights, self.client, first, loaded, on_update=self._on_version)
+        lora = self.config.model.lora
+        if lora is not None:
+            loaded = None  # inference has no adapter until the first version is loaded
+        self.follower = WeightFollower(
+            self.weights, self.client, first, loaded, on_update=self._on_version, adapter=lora.name if lora else None
+        )
         self.follower.start(last=self.config.max_steps)
         if self.config.watchdog.enabled:
             self.watchdog = StallWatchdog(self, self.config.watchdog, asyncio.get_running_loop())

@@ -15,7 +15,9 @@
 A micro-batch is a flat concatenation of its documents: token-aligned lists (``input_ids``,
 ``position_ids`` restarting at 0 for each document, ``loss_mask``, ``advantages``,
 ``inference_logprobs``, ``temperatures``, ``rl_weights``, ``ce_weights``,
-``ref_kl_weights``, optional ``ref_logprobs``) and per-document lists (``seq_lens``,
+``ref_kl_weights``, optional ``ref_logprobs``, optional ``sampling_mask`` /
+``sampling_mask_logprobs``: per token a list, empty where sampling did not truncate) and
+per-document lists (``seq_lens``,
 ``env_names``, ``trace_ids``, ``branch_indices``).
 """
 
@@ -74,6 +76,10 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     with_ref = any(s.ref_logprobs is not None for s in samples)
     if with_ref:
         mb["ref_logprobs"] = []
+    # sampling replay: one kept-id list per token ([] where untruncated) when any sample has them
+    with_masks = any(s.sampling_mask is not None for s in samples)
+    if with_masks:
+        mb["sampling_mask"], mb["sampling_mask_logprobs"] = [], []
     for s in samples:
         n = len(s.input_ids)
         mb["input_ids"] += s.input_ids
@@ -87,6 +93,10 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
         mb["ref_kl_weights"] += s.ref_kl_weights
         if with_ref:
             mb["ref_logprobs"] += s.ref_logprobs if s.ref_logprobs is not None else [0.0] * n
+        if with_masks:
+            mb["sampling_mask"] += s.sampling_mask if s.sampling_mask is not None else [[]] * n
+            lps = s.sampling_mask_logprobs
+            mb["sampling_mask_logprobs"] += lps if lps is not None else [[]] * n
         mb["seq_lens"].append(n)
         mb["env_names"].append(s.env_name)
         mb["trace_ids"].append(s.trace_id)

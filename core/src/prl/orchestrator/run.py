@@ -24,7 +24,9 @@ def build_client(config: OrchestratorConfig) -> InferenceHTTPClient:
     """The inference client for ``config.client`` (prl.client)."""
     from prl.client import InferenceHTTPClient
 
-    return InferenceHTTPClient.from_config(config.client, model=config.model.name)
+    # A LoRA run samples from its adapter: every request names it as the model.
+    lora = config.model.lora
+    return InferenceHTTPClient.from_config(config.client, model=lora.name if lora else config.model.name)
 
 
 def build_renderer(config: OrchestratorConfig) -> Renderer:

@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 
 from prl.types import Branch, Trace, TrainingSample
 
-ALIGNED = ("sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs")
+ALIGNED = (
+    "sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs",
+    "sampling_mask", "sampling_mask_logprobs",
+)  # fmt: skip
 SAMPLE_LISTS = (
     "input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights",
 )  # fmt: skip
@@ -78,14 +81,17 @@ def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage
         trace_id=trace.trace_id,
         branch_index=index,
         ref_logprobs=branch.ref_logprobs,
+        sampling_mask=branch.sampling_mask,
+        sampling_mask_logprobs=branch.sampling_mask_logprobs,
     )
 
 
 def _truncate(sample: TrainingSample, seq_len: int) -> None:
     for name in SAMPLE_LISTS:
         setattr(sample, name, getattr(sample, name)[:seq_len])
-    if sample.ref_logprobs is not None:
-        sample.ref_logprobs = sample.ref_logprobs[:seq_len]
+    for name in ("ref_logprobs", "sampling_mask", "sampling_mask_logprobs"):
+        if getattr(sample, name) is not None:
+            setattr(sample, name, getattr(sample, name)[:seq_len])
 
 
 def trace_to_samples(trace: Trace, seq_len: int, min_abs_advantage: float = 0.0) -> TraceSamples:

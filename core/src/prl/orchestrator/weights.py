@@ -7,7 +7,8 @@ acknowledgement). For each version the follower pauses the engines, calls
 ``/update_weights {weight_dir}``, resumes them and records ``v`` as the policy version.
 
 A version equal to the one inference already serves is only acknowledged (a fresh run's
-version 0 is the base model the server loaded at start).
+version 0 is the base model the server loaded at start). A LoRA run loads every version,
+0 included, through ``/load_lora_adapter`` under the adapter's name.
 """
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-async def load_version(client: Any, weight_dir: str | None, version: int) -> None:
-    """Load ``version`` into the inference server: pause the engines, ``/update_weights``,
-    resume them (also after a failed update, so the server is never left paused)."""
+async def load_version(client: Any, weight_dir: str | None, version: int, adapter: str | None = None) -> None:
+    """Load ``version`` into the inference server: pause the engines, ``/update_weights``
+    (a LoRA run: ``/load_lora_adapter`` under the name ``adapter``), resume them (also
+    after a failed update, so the server is never left paused)."""
     started = time.monotonic()
     await client.pause()
     try:
-        await client.update_weights(weight_dir, version=version)
+        if adapter is not None:
+            if weight_dir is None:
+                raise RuntimeError("a LoRA adapter needs a weight directory; the weight transport sent none")
+            await client.load_lora_adapter(adapter, weight_dir)
+        else:
+            await client.update_weights(weight_dir, version=version)
     finally:
         await client.resume()
     log.info("inference now serves policy version %d (loaded in %.2fs)", version, time.monotonic() - started)
@@ -44,8 +51,10 @@ class WeightFollower:
         loaded: int | None,
         on_update: Callable[[int], None] | None = None,
         poll: float = 1.0,
+        adapter: str | None = None,
     ) -> None:
         self.transport = transport
+        self.adapter = adapter
         self.client = client
         self.next = first
         self.version: int | None = loaded
@@ -75,7 +84,7 @@ class WeightFollower:
             self._changed.set()
 
     async def _load(self, weight_dir: str | None, version: int) -> None:
-        await load_version(self.client, weight_dir, version)
+        await load_version(self.client, weight_dir, version, self.adapter)
 
     def check(self) -> None:
         """Re-raise a failure of the background task."""

@@ -47,6 +47,7 @@ def add_sampled(branch: Branch, generation: Generation, role: str = "assistant")
     branch.logprobs.extend(float(x) for x in logprobs)
     if branch.roles is not None:
         branch.roles.extend([role] * len(ids))
+    _add_masks(branch, len(ids), generation.sampling_mask, generation.sampling_mask_logprobs)
 
 
 def add_observation(branch: Branch, token_ids: Sequence[int], role: str = "user") -> None:
@@ -56,6 +57,23 @@ def add_observation(branch: Branch, token_ids: Sequence[int], role: str = "user"
     branch.logprobs.extend([0.0] * len(token_ids))
     if branch.roles is not None:
         branch.roles.extend([role] * len(token_ids))
+    _add_masks(branch, len(token_ids), None, None)
+
+
+def _add_masks(branch: Branch, n: int, masks, mask_logprobs) -> None:
+    """Keep the sampling-replay lists aligned: started (empty for every earlier token) by
+    the first truncated generation, then extended by every append."""
+    if masks and branch.sampling_mask is None:
+        before = len(branch.token_ids) - n
+        branch.sampling_mask = [[] for _ in range(before)]
+        branch.sampling_mask_logprobs = [[] for _ in range(before)]
+    if branch.sampling_mask is None:
+        return
+    if masks is not None and len(masks) != n:
+        raise ValueError(f"generate returned {n} tokens but {len(masks)} sampling masks")
+    branch.sampling_mask.extend(list(m) for m in (masks or [[] for _ in range(n)]))
+    values = mask_logprobs if masks and mask_logprobs is not None else [[] for _ in range(n)]
+    branch.sampling_mask_logprobs.extend(list(v) for v in values)
 
 
 def copy_branch(
@@ -90,6 +108,8 @@ def check_branch(branch: Branch) -> None:
     lengths = {"sampled_mask": len(branch.sampled_mask), "logprobs": len(branch.logprobs)}
     if branch.roles is not None:
         lengths["roles"] = len(branch.roles)
+    if branch.sampling_mask is not None:
+        lengths["sampling_mask"] = len(branch.sampling_mask)
     wrong = {k: v for k, v in lengths.items() if v != n}
     if wrong:
         detail = ", ".join(f"{k} has {v}" for k, v in wrong.items())

@@ -11,12 +11,15 @@ the launcher stop every child the same way and return 128 + the signal number. T
 succeeds when every non-service child has exited with code 0.
 
 GPUs are placed by ``ProcessSpec.role``: ``inference`` gets devices 0..num_infer_gpus-1 and
-``trainer`` the next num_train_gpus (``CUDA_VISIBLE_DEVICES``), when GPU counts are set.
+``trainer`` the next num_train_gpus (``CUDA_VISIBLE_DEVICES``), when GPU counts are set;
+``infer_gpu_ids`` / ``train_gpu_ids`` choose them explicitly, and overlapping ids need
+``shared_gpus = true``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
 import threading
@@ -50,12 +53,21 @@ class LocalLauncher(Launcher):
     class Config(LauncherConfig):
         type: Literal["local"] = "local"
         """Selects this launcher."""
-        gpus_per_node: Annotated[int, Field(ge=0)] = 0
-        """GPUs on this machine (0: CPU only)."""
+        gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+        """GPUs on this machine; None: what it has (nvidia-smi -L or CUDA_VISIBLE_DEVICES,
+        checked before launch and by --dry-run)."""
         num_infer_gpus: Annotated[int, Field(ge=0)] = 0
-        """GPUs given to inference (CUDA_VISIBLE_DEVICES 0..n-1)."""
+        """GPUs given to inference (CUDA_VISIBLE_DEVICES 0..n-1, or infer_gpu_ids); with
+        several, one engine per GPU behind a router (inference.server.engines)."""
         num_train_gpus: Annotated[int, Field(ge=0)] = 0
-        """GPUs given to the trainer (the ones after inference's)."""
+        """GPUs given to the trainer (the ones after inference's, or train_gpu_ids)."""
+        infer_gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+        """Explicit inference GPU ids (sets num_infer_gpus to their count)."""
+        train_gpu_ids: list[Annotated[int, Field(ge=0)]] | None = None
+        """Explicit trainer GPU ids (sets num_train_gpus to their count)."""
+        shared_gpus: bool = False
+        """Let trainer and inference GPU ids overlap (both on the same GPUs); without it an
+        overlap is an error."""
         startup_timeout: Annotated[float, Field(gt=0)] = 600.0
         """Seconds to wait for each server (inference) to become ready."""
         stop_timeout: Annotated[float, Field(gt=0)] = 30.0
@@ -63,12 +75,44 @@ class LocalLauncher(Launcher):
 
         @model_validator(mode="after")
         def _fits(self):
-            if self.num_train_gpus + self.num_infer_gpus > self.gpus_per_node:
+            for role in ("infer", "train"):
+                ids, count = getattr(self, f"{role}_gpu_ids"), f"num_{role}_gpus"
+                if ids is None:
+                    continue
+                if len(set(ids)) != len(ids):
+                    raise ValueError(f"{role}_gpu_ids {ids} lists a GPU twice")
+                if getattr(self, count) not in (0, len(ids)):
+                    raise ValueError(f"{count} ({getattr(self, count)}) differs from len({role}_gpu_ids {ids})")
+                setattr(self, count, len(ids))
+            infer, train = self.placement()
+            both = sorted(set(infer) & set(train))
+            if both and not self.shared_gpus:
+                raise ValueError(
+                    f"train GPU ids {train} and inference GPU ids {infer} overlap on {both}; give each its own "
+                    "GPUs or set deployment.shared_gpus = true to share them"
+                )
+            need = len(set(infer) | set(train))
+            if self.gpus_per_node is not None and max([-1, *infer, *train]) >= self.gpus_per_node:
                 raise ValueError(
                     f"num_train_gpus ({self.num_train_gpus}) + num_infer_gpus ({self.num_infer_gpus}) "
                     f"exceeds gpus_per_node ({self.gpus_per_node})"
+                    if need > self.gpus_per_node
+                    else f"GPU ids {sorted(set(infer) | set(train))} go beyond gpus_per_node ({self.gpus_per_node})"
                 )
             return self
+
+        def placement(self) -> tuple[list[int], list[int]]:
+            """(inference GPU ids, trainer GPU ids)."""
+            n_infer, n_train = self.num_infer_gpus, self.num_train_gpus
+            infer = list(self.infer_gpu_ids) if self.infer_gpu_ids is not None else list(range(n_infer))
+            if self.train_gpu_ids is not None:
+                return infer, list(self.train_gpu_ids)
+            start = 0 if self.shared_gpus else max([-1, *infer]) + 1
+            return infer, list(range(start, start + n_train))
+
+        def gpu_ids(self) -> set[int]:
+            infer, train = self.placement()
+            return set(infer) | set(train)
 
     def launch(self, processes: list[ProcessSpec]) -> int:
         children = [Child(self._placed(p)) for p in processes]
@@ -103,12 +147,16 @@ class LocalLauncher(Launcher):
 
     def _placed(self, spec: ProcessSpec) -> ProcessSpec:
         """``spec`` with CUDA_VISIBLE_DEVICES for its role: inference first, then trainer."""
-        n_infer, n_train = self.config.num_infer_gpus, self.config.num_train_gpus
-        ids = {"inference": range(n_infer), "trainer": range(n_infer, n_infer + n_train)}.get(spec.role)
-        if not (n_infer or n_train) or ids is None:
+        infer, train = self.config.placement()
+        ids = {"inference": infer, "trainer": train}.get(spec.role)
+        if not (infer or train) or not ids:
             return spec
+        # Ids count among the devices this launcher may use: under a CUDA_VISIBLE_DEVICES of
+        # its own (a shared machine, a SLURM allocation) id 0 is the first one listed there.
+        mine = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        devices = [mine[i] if i < len(mine) else str(i) for i in ids]
         # A copy: the caller's plan stays as it was given (a dry run or a retry reuses it).
-        return dataclasses.replace(spec, env={**spec.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))})
+        return dataclasses.replace(spec, env={**spec.env, "CUDA_VISIBLE_DEVICES": ",".join(devices)})
 
     def _install_signals(self):
         if threading.current_thread() is not threading.main_thread():

@@ -12,8 +12,9 @@ Layouts:
 * single node (``num_train_nodes = 0``): inference, env servers, orchestrator and trainer on
   the one allocated node, GPUs split by ``num_infer_gpus`` / ``num_train_gpus``;
 * multi-node: ``num_infer_nodes + num_train_nodes`` nodes; the first ``num_infer_nodes``
-  serve inference and run the orchestrator, the others run the trainer under torchrun with
-  a c10d rendezvous across them. Batches and weights go through shared storage (the
+  serve inference (with several, one engine each behind prl's router on the first, which
+  also runs the orchestrator), the others run the trainer under torchrun with a c10d
+  rendezvous across them. Batches and weights go through shared storage (the
   filesystem transports).
 """
 
@@ -29,7 +30,16 @@ from pydantic import Field, model_validator
 
 from prl.contracts.launcher import Launcher, LauncherConfig, ProcessSpec
 from prl_launcher_slurm import job as slurm_job
-from prl_launcher_slurm.script import Job, check_layout, entry_of, render, require_sbatch, template_values, write_plan
+from prl_launcher_slurm.script import (
+    Job,
+    check_layout,
+    entry_of,
+    render,
+    require_sbatch,
+    template_values,
+    write_engines,
+    write_plan,
+)
 
 
 class SlurmLauncher(Launcher):
@@ -111,7 +121,8 @@ class SlurmLauncher(Launcher):
             template_values(self.config, self.root, job, config_dir.name.removeprefix("attempt_")),
         )
         job.log_dir.mkdir(parents=True, exist_ok=True)
-        write_plan(job.plan, self.config, self.root, processes, log_dir)
+        engines = write_engines(self.config, self.root, config_dir)
+        write_plan(job.plan, self.config, self.root, processes, log_dir, engines)
         job.script.write_text(text)
         job.script.chmod(0o755)
         if entry == "rl" and not self.config.num_train_nodes and self.root is not None:

@@ -80,11 +80,6 @@ def check_layout(config: Any, root: Any, processes: list[ProcessSpec]) -> None:
             f"--deployment.num-infer-nodes: this run starts an inference server, so a multi-node job needs "
             f"num_infer_nodes >= 1 (got {config.num_infer_nodes}) next to num_train_nodes = {config.num_train_nodes}"
         )
-    if config.num_infer_nodes > 1:
-        raise ConfigError(
-            f"--deployment.num-infer-nodes: {config.num_infer_nodes} inference nodes need an inference router "
-            "in front of one engine per node, which prl does not have yet; use num_infer_nodes = 1"
-        )
     if not has_inference and config.num_infer_nodes:
         raise ConfigError(
             f"--deployment.num-infer-nodes: {config.num_infer_nodes} inference node(s) asked for, but this run "
@@ -113,13 +108,44 @@ def check_layout(config: Any, root: Any, processes: list[ProcessSpec]) -> None:
         )
 
 
+def write_engines(config: Any, root: Any, config_dir: Path) -> list[dict]:
+    """Several inference nodes: each runs one engine on ``backend_port`` + its node index,
+    bound to every interface (the router on the first inference node reaches it), from its
+    own resolved config; [] for one inference node."""
+    inference = getattr(root, "inference", None)
+    if config.num_infer_nodes < 2 or not config.num_train_nodes or inference is None:
+        return []
+    if not inference.server.backend_port:
+        raise ConfigError(
+            "--inference.server.backend-port: several inference nodes need a fixed backend_port "
+            "(the router on the first node must know every engine's port before they start)"
+        )
+    out = []
+    for k in range(config.num_infer_nodes):
+        engine = inference.model_copy(deep=True)
+        # backend_port + k: distinct ports even where several "nodes" share one host.
+        port = inference.server.backend_port + k
+        engine.server.host, engine.server.port = "0.0.0.0", port
+        engine.server.engines, engine.server.ready_file = 1, None
+        if hasattr(engine.backend, "ready_file"):
+            engine.backend.ready_file = None
+        path = config_dir / "resolved" / "inference" / f"node_{k}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(engine.model_dump_json(indent=2) + "\n")
+        out.append({"port": port, "argv": [sys.executable, "-m", "prl", "inference", "@", str(path)]})
+    return out
+
+
 def _spec_json(spec: ProcessSpec) -> dict:
     out = dataclasses.asdict(spec)
     return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
 
 
-def write_plan(path: Path, config: Any, root: Any, processes: list[ProcessSpec], log_dir: Path) -> None:
-    """What every node of the job starts (read by :mod:`prl_launcher_slurm.node`)."""
+def write_plan(
+    path: Path, config: Any, root: Any, processes: list[ProcessSpec], log_dir: Path, engines: list[dict] = ()
+) -> None:
+    """What every node of the job starts (read by :mod:`prl_launcher_slurm.node`);
+    ``engines``: one inference engine per inference node (:func:`write_engines`)."""
     trainers = [p for p in processes if p.role == "trainer"]
     train_json = next((a for p in trainers for a in reversed(p.argv) if a.endswith(".json")), None)
     plan = {
@@ -139,8 +165,22 @@ def write_plan(path: Path, config: Any, root: Any, processes: list[ProcessSpec],
             "stop_timeout": config.stop_timeout,
         },
         "processes": [_spec_json(p) for p in processes],
+        "infer_engines": list(engines),
+        "api_key": _engine_key(root) if engines else None,
     }
     path.write_text(json.dumps(plan, indent=2) + "\n")
+    path.chmod(0o600)  # it may hold the engines' generated API key
+
+
+def _engine_key(root: Any) -> str | None:
+    """Engines bound beyond loopback need an API key for their admin routes: the user's
+    (server.api_key / $PRL_API_KEY) if set, else one made for this job, which inference and
+    orchestrator get as $PRL_API_KEY."""
+    if root.inference.server.api_key or os.environ.get("PRL_API_KEY"):
+        return None
+    import secrets
+
+    return secrets.token_urlsafe(24)
 
 
 def _environment() -> jinja2.Environment:

@@ -63,6 +63,7 @@ class Completion:
     top: list[list[tuple[int, float]]] = field(default_factory=list)
     versions: list[list[int]] = field(default_factory=list)  # [version, start, end)
     sampling_mask: list[list[int]] = field(default_factory=list)  # ids top-k/top-p left, per token
+    sampling_mask_logprobs: list[list[float]] = field(default_factory=list)  # their untruncated logprobs
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -341,6 +342,7 @@ class Engine:
             comp.ranks.append(ranks[i])
             if s.kept is not None and s.kept[i] is not None:
                 comp.sampling_mask.append(s.kept[i])
+                comp.sampling_mask_logprobs.append(s.kept_logprobs[i])
             if req.params.logprobs:
                 k = req.params.logprobs
                 comp.top.append(list(zip(top_ids[i][:k], top_lps[i][:k], strict=False)))

@@ -12,7 +12,8 @@ seed and prompt give the same tokens whatever else is in the batch.
 
 For a row whose top-k / top-p truncation is active, ``kept`` lists the token ids it could
 have sampled (the "sampling mask" of ``docs/algorithms.md``) so the trainer can renormalise its
-logprobs over the same set.
+logprobs over the same set, and ``kept_logprobs`` their untruncated logprobs (the trainer
+renormalises those too, for the sampled token's ratio and IPO's score centering).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Sampled:
     top_ids: torch.Tensor | None  # [B, k]
     top_logprobs: torch.Tensor | None  # [B, k]
     kept: list[list[int] | None] | None = None  # per row: ids left by truncation (None: untruncated)
+    kept_logprobs: list[list[float] | None] | None = None  # per row: log softmax(z / T) of those ids
 
 
 def sample(logits: torch.Tensor, rows: list[RowSampling], generator: torch.Generator, top_n: int = 0) -> Sampled:
@@ -59,13 +61,15 @@ def sample(logits: torch.Tensor, rows: list[RowSampling], generator: torch.Gener
     top_ids = top_lp = None
     if top_n > 0:
         top_lp, top_ids = logp.topk(min(top_n, logp.shape[-1]), dim=-1)
-    kept = None
+    kept = kept_lp = None
     if filtered is not logp:
-        kept = [
-            (filtered[i] > float("-inf")).nonzero()[:, 0].tolist() if _truncates(r) and not bool(greedy[i]) else None
-            for i, r in enumerate(rows)
-        ]
-    return Sampled(tokens, chosen[:, 0], ranks, top_ids, top_lp, kept)
+        kept, kept_lp = [], []
+        for i, r in enumerate(rows):
+            ids = (filtered[i] > float("-inf")).nonzero()[:, 0] if _truncates(r) and not bool(greedy[i]) else None
+            kept.append(ids.tolist() if ids is not None else None)
+            # the untruncated logprobs of the kept ids: the trainer renormalises them (replay)
+            kept_lp.append(logp[i, ids].tolist() if ids is not None else None)
+    return Sampled(tokens, chosen[:, 0], ranks, top_ids, top_lp, kept, kept_lp)
 
 
 def _truncates(row: RowSampling) -> bool:

@@ -17,6 +17,7 @@ over that budget waits its turn, and once the wait queue is full the answer is 5
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -45,6 +46,8 @@ from prl_inference_torch.engine import Engine
 from prl_inference_torch.engine import Request as EngineRequest
 from prl_inference_torch.protocol import ChatRequest, CompletionRequest, GenerateRequest, check_token_ids, gen_params
 from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, read_lora, read_weights
+
+log = logging.getLogger("prl_inference_torch")
 
 
 @dataclass
@@ -241,6 +244,7 @@ def build_app(state: ServerState) -> FastAPI:
             raise ApiError(str(exc)) from exc
         await asyncio.wrap_future(state.engine.call(lambda: state.lora.load(body.lora_name, weights)))
         state.lora_paths[body.lora_name] = body.lora_path
+        log.info("serving LoRA adapter '%s' from %s", body.lora_name, body.lora_path)
         return {"status": "ok", "lora_name": body.lora_name}
 
     @app.post("/init_broadcaster", dependencies=[Depends(admin)])

@@ -23,7 +23,7 @@ from typing import Any
 from prl.contracts import InferenceBackend
 from prl.logs import setup_logging
 from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
-from prl_inference_vllm.config import VllmInferenceConfig, vllm_argv
+from prl_inference_vllm.config import VllmInferenceConfig, lora_enabled, vllm_argv
 
 log = logging.getLogger("prl_inference_vllm")
 
@@ -102,7 +102,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
             served_config=served_config,
             served_shapes=served_shapes,
             api_key=api_key,
-            lora_enabled=cfg.backend.enable_lora,
+            lora_enabled=lora_enabled(cfg),
             limits=cfg.server.limits,
         )
         install(app, state)

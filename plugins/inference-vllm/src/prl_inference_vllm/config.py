@@ -144,8 +144,8 @@ def vllm_argv(cfg: Any) -> list[str]:
         "max_num_batched_tokens": b.max_num_batched_tokens,
         "enforce_eager": b.enforce_eager or None,
         "enable_prefix_caching": b.enable_prefix_caching,
-        "enable_lora": b.enable_lora or None,
-        "max_lora_rank": b.max_lora_rank,
+        "enable_lora": lora_enabled(cfg) or None,
+        "max_lora_rank": b.max_lora_rank or _lora_rank(cfg),
         "max_loras": b.max_loras,
         "logprobs_mode": b.logprobs_mode,
         "max_logprobs": b.max_logprobs,
@@ -159,6 +159,23 @@ def vllm_argv(cfg: Any) -> list[str]:
     for key, value in b.extra_args.items():
         argv += _flag(_snake(key), value)
     return argv
+
+
+def lora_enabled(cfg: Any) -> bool:
+    """LoRA is on when asked for here or when the run trains one ([model.lora] reaches
+    ``inference.model.lora``)."""
+    return bool(cfg.backend.enable_lora or getattr(cfg.model, "lora", None) is not None)
+
+
+# Ranks vLLM accepts for max_lora_rank; a run's rank is rounded up to the next of them.
+_VLLM_RANKS = (16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_rank(cfg: Any) -> int | None:
+    lora = getattr(cfg.model, "lora", None)
+    if lora is None or lora.rank <= _VLLM_RANKS[0]:
+        return None  # vLLM's default (16) fits
+    return next((r for r in _VLLM_RANKS if r >= lora.rank), lora.rank)
 
 
 def _uvicorn_level(level: str) -> str:

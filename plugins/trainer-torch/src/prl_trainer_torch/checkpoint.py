@@ -30,10 +30,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from prl import layout
-from prl.config.errors import HostError, host_error
+from prl.config.errors import ConfigError, HostError, host_error
 from prl.fsutil import write_atomic
+from prl_trainer_torch.lora import is_adapter_key
 
 SFT_PARTS = layout.COMPONENTS["sft"]
+ADAPTER_CONFIG = "adapter_config.json"
 FULL_BELOW = 1 << 20
 """A failed save with less than this free (or less than a checkpoint takes) is a full disk."""
 
@@ -68,17 +70,20 @@ def save(
     loader_state: dict | None,
     rank: int,
     meta: dict | None = None,
+    adapter: dict | None = None,
 ) -> None:
     """Write the trainer checkpoint of one step and mark it complete (collective: every
     rank calls it).
 
     ``meta`` (model and tokenizer names) goes to ``trainer/model.json`` so an export needs
-    nothing but the step directory. A save the disk cannot hold raises
+    nothing but the step directory. A LoRA run passes its ``adapter`` config: the model
+    part then holds only the adapter's tensors (the frozen base is the model it names) and
+    ``trainer/adapter_config.json`` marks the checkpoint as LoRA. A save the disk cannot hold raises
     :class:`prl.config.errors.HostError` (one line, no traceback) and leaves the step
     without its marker, so a resume takes the previous complete step.
     """
     try:
-        _save(step_dir, hf_model, optimizer, scheduler, progress, loader_state, rank, meta)
+        _save(step_dir, hf_model, optimizer, scheduler, progress, loader_state, rank, meta, adapter)
     except (Exception, CheckpointException) as exc:  # torch's is a BaseException
         err = _disk_error(exc, step_dir, _estimate_bytes(hf_model))
         if err is None:
@@ -86,7 +91,7 @@ def save(
         raise err from exc
 
 
-def _save(step_dir: Path, hf_model, optimizer, scheduler, progress, loader_state, rank, meta) -> None:
+def _save(step_dir: Path, hf_model, optimizer, scheduler, progress, loader_state, rank, meta, adapter) -> None:
     trainer_dir = layout.component_dir(step_dir, layout.TRAINER)
     if rank == 0:
         layout.begin(step_dir, layout.TRAINER)
@@ -95,12 +100,14 @@ def _save(step_dir: Path, hf_model, optimizer, scheduler, progress, loader_state
     trainer_dir.mkdir(parents=True, exist_ok=True)
     if meta is not None and rank == 0:
         write_atomic(trainer_dir / "model.json", json.dumps(meta), fsync=True)
+    if adapter is not None and rank == 0:
+        write_atomic(trainer_dir / ADAPTER_CONFIG, json.dumps(adapter, indent=2), fsync=True)
     if loader_state is not None:
         buf = io.BytesIO()
         torch.save(loader_state, buf)
         write_atomic(trainer_dir / "dataloader" / f"rank_{rank}.pt", buf.getvalue(), fsync=True)
     state = {
-        "model": get_model_state_dict(hf_model, options=_options()),
+        "model": _model_state(hf_model, adapter is not None),
         "optim": get_optimizer_state_dict(hf_model, optimizer, options=_options()),
         "scheduler": scheduler.state_dict(),
         "progress": dict(progress),
@@ -145,9 +152,23 @@ def _disk_error(exc: BaseException, step_dir: Path, need: int) -> HostError | No
     return None
 
 
-def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any) -> dict:
-    """Restore what ``resume_cfg`` does not skip; return the progress record (or zeros)."""
-    state: dict[str, Any] = {"model": get_model_state_dict(hf_model, options=_options())}
+def _model_state(hf_model, adapter_only: bool) -> dict[str, Any]:
+    state = get_model_state_dict(hf_model, options=_options())
+    return {k: v for k, v in state.items() if is_adapter_key(k)} if adapter_only else state
+
+
+def is_lora_checkpoint(step_dir: Path) -> bool:
+    return (layout.component_dir(step_dir, layout.TRAINER) / ADAPTER_CONFIG).exists()
+
+
+def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any, adapter_only: bool = False) -> dict:
+    """Restore what ``resume_cfg`` does not skip; return the progress record (or zeros).
+    ``adapter_only``: a LoRA run, whose checkpoint holds only the adapter's tensors."""
+    if adapter_only and not is_lora_checkpoint(step_dir):
+        raise ConfigError(f"resume: {step_dir} holds full weights but [model.lora] is set; remove it to resume")
+    if not adapter_only and is_lora_checkpoint(step_dir):
+        raise ConfigError(f"resume: {step_dir} is a LoRA checkpoint; set the run's [model.lora] to resume it")
+    state: dict[str, Any] = {"model": _model_state(hf_model, adapter_only)}
     if not resume_cfg.skip_optimizer:
         state["optim"] = get_optimizer_state_dict(hf_model, optimizer, options=_options())
     if not resume_cfg.skip_scheduler:
@@ -155,7 +176,7 @@ def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any) -> dic
     if not resume_cfg.skip_progress:
         state["progress"] = {"step": 0, "total_tokens": 0, "total_samples": 0}
     dcp.load(state, checkpoint_id=str(layout.component_dir(step_dir, layout.TRAINER)))
-    set_model_state_dict(hf_model, state["model"], options=_options())
+    set_model_state_dict(hf_model, state["model"], options=StateDictOptions(strict=not adapter_only))
     if "optim" in state:
         set_optimizer_state_dict(hf_model, optimizer, state["optim"], options=_options())
     if "scheduler" in state:

@@ -15,13 +15,22 @@ def export_cmd(
     num_workers: Annotated[
         int, typer.Option(min=1, help="torchrun ranks sharing the model, for a checkpoint too large for one process.")
     ] = 1,
+    merge_lora: Annotated[
+        bool, typer.Option("--merge-lora", help="Merge a LoRA checkpoint's adapter into the base model's weights.")
+    ] = False,
 ) -> None:
     """Convert a DCP trainer checkpoint to a Hugging Face model directory."""
+    from prl.cli.errors import USAGE_EXIT, print_error
+    from prl.config.errors import ConfigError
     from prl_trainer_torch.export import export_checkpoint
 
     if dtype not in ("bfloat16", "float32"):
         raise typer.BadParameter(f"--dtype must be bfloat16 or float32, got '{dtype}'")
-    path = export_checkpoint(checkpoint, out, dtype, num_workers)
+    try:
+        path = export_checkpoint(checkpoint, out, dtype, num_workers, merge_lora=merge_lora)
+    except ConfigError as exc:
+        print_error(exc.message, exc.title)
+        raise typer.Exit(USAGE_EXIT) from None
     typer.echo(f"exported {checkpoint} -> {path}")
 
 

@@ -28,7 +28,8 @@ from torch import nn
 from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
-from prl_trainer_torch.logprobs import DEFAULT_CHUNK, chunked_logprobs, compile_chunks
+from prl_trainer_torch.logprobs import DEFAULT_CHUNK, compile_chunks
+from prl_trainer_torch.replay import policy_head
 
 
 @dataclass
@@ -87,14 +88,19 @@ class PolicyModel(nn.Module):
         targets: torch.Tensor,
         temperature: torch.Tensor | float = 1.0,
         entropy: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        replay: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """(logp, entropy) of ``targets``; with ``replay = (ids, valid)`` (the sampling masks,
+        [B, T, K], aligned with ``targets``) also the kept-set logprobs and the mask mismatch
+        flags of :func:`prl_trainer_torch.replay.replay_logprobs`, with logp renormalised over
+        the kept set where the target is in it."""
         kwargs = {}
         if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
             cu, longest = document_bounds(position_ids)
             kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
         out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
         weight = self.hf.get_output_embeddings().weight
-        return chunked_logprobs(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy)
+        return policy_head(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy, replay)
 
 
 def load_hf_model(name: str, dtype: torch.dtype, attn: str, config=None) -> nn.Module:

@@ -16,13 +16,50 @@ from typing import Any
 
 import torch
 
+from prl.config.errors import ConfigError
+from prl_trainer_torch.offload import CPUStateAdamW, FullOffload, SignSGD, warn_no_clipping
 
-def build_optimizer(params, optim_cfg: Any, default_weight_decay: float) -> torch.optim.Optimizer:
+
+def build_optimizer(
+    params, optim_cfg: Any, default_weight_decay: float, model_cfg: Any = None, device: torch.device | None = None
+) -> torch.optim.Optimizer:
+    """The optimizer of ``optim_cfg``, offloaded as ``model_cfg`` asks
+    (:mod:`prl_trainer_torch.offload`): ``full_offload`` anywhere, ``optim_cpu_offload`` only
+    when the parameters live off the host (on a CPU run the state is in host memory anyway)."""
     wd = default_weight_decay if optim_cfg.weight_decay == "auto" else float(optim_cfg.weight_decay)
     params = [p for p in params if p.requires_grad]
+    betas = tuple(optim_cfg.betas)
+    if model_cfg is not None and model_cfg.full_offload:
+        if optim_cfg.type == "sgd":
+            raise ConfigError("optim.type: model.full_offload supports adamw and signsgd, not sgd")
+        if any(hasattr(p, "to_local") for p in params):
+            # FSDP2 writes reduced gradients without autograd's accumulate hooks
+            raise ConfigError("model.full_offload: supported with num_workers = 1 only")
+        warn_no_clipping(optim_cfg.max_norm)
+        return FullOffload(params, lr=optim_cfg.lr, kind=optim_cfg.type, betas=betas, weight_decay=wd)
     if optim_cfg.type == "sgd":
         return torch.optim.SGD(params, lr=optim_cfg.lr, weight_decay=wd)
-    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), weight_decay=wd)
+    if optim_cfg.type == "signsgd":
+        return SignSGD(params, lr=optim_cfg.lr, weight_decay=wd)
+    offload = model_cfg is not None and model_cfg.optim_cpu_offload
+    if offload and device is not None and device.type != "cpu":
+        return CPUStateAdamW(params, lr=optim_cfg.lr, betas=betas, weight_decay=wd)
+    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=betas, weight_decay=wd)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, policy, max_norm: float) -> float:
+    """Clip the gradient norm to ``max_norm``, step, clear gradients; the pre-clip norm.
+    Under full offload the parameters have stepped during the backward already (no
+    clipping) and the norm is the one the optimizer measured."""
+    if isinstance(optimizer, FullOffload):
+        optimizer.step()
+        return optimizer.last_grad_norm
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)
 
 
 def lr_factor(step: int, total: int, sched: Any) -> float:

@@ -41,6 +41,7 @@ from prl.orchestrator.rollout import open_receiver
 from prl_trainer_torch import annotations as notes
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
+from prl_trainer_torch.lora import adapter_tensors, maybe_adapter
 from prl_trainer_torch.metrics import emit, model_flops, peak_flops, peak_memory_gib, perf_metrics
 from prl_trainer_torch.model import (
     GarbageCollector,
@@ -51,7 +52,7 @@ from prl_trainer_torch.model import (
     parallelize,
     resolve_dtype,
 )
-from prl_trainer_torch.optim import build_optimizer, build_scheduler
+from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
 from prl_trainer_torch.sft import _all_sum, run_dir_of
 from prl_trainer_torch.token_export import TokenExporter
@@ -75,11 +76,19 @@ def full_state_dict(hf) -> dict[str, torch.Tensor]:
     return get_model_state_dict(hf, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def publish_weights(hf, transport, dist, version: int) -> float:
+def publish_weights(hf, transport, dist, version: int, adapter=None) -> float:
     """Publish the full weights as ``version`` through ``transport`` (collective: every rank
     gathers, rank 0 publishes and waits for the consumer's acknowledgement); returns the
-    seconds taken. RL and SFT with online eval both hand weights over this way."""
+    seconds taken. RL and SFT with online eval both hand weights over this way. A LoRA run
+    (``adapter``, :class:`prl_trainer_torch.lora.Adapter`) publishes only the adapter."""
     t0 = time.perf_counter()
+    if adapter is not None:
+        tensors = adapter_tensors(hf)
+        if dist.is_main:
+            transport.publish_adapter(tensors, adapter.config, version)
+        if dist.world > 1:
+            tdist.barrier()
+        return time.perf_counter() - t0
     if dist.world == 1 and getattr(transport, "device_tensors", False):
         state = hf.state_dict()  # no CPU round trip: the transport sends from the device
     else:
@@ -107,12 +116,15 @@ class RLRun:
         self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
         # perf/mfu: model FLOPs per step over the device's peak (prl_trainer_torch.metrics)
         self.n_params = count_params(self.hf)[1]
+        self.adapter = maybe_adapter(self.hf, mcfg)  # [model.lora]: only the adapter trains
         self.shape = (self.hf.config.num_hidden_layers, self.hf.config.hidden_size)
         self.peak = peak_flops(self.dist.device)
         dp = mcfg.data_parallel(self.dist.world)
         self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing, dp=dp)
         self.gc = GarbageCollector(mcfg.gc)
-        self.optimizer = build_optimizer(self.policy.parameters(), config.optim, RL_WEIGHT_DECAY)
+        self.optimizer = build_optimizer(
+            self.policy.parameters(), config.optim, RL_WEIGHT_DECAY, config.model, self.dist.device
+        )
         self.total = config.max_steps
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
         self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
@@ -133,7 +145,8 @@ class RLRun:
         if step_dir is None:
             return
         res = self.config.resume
-        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res)
+        lora = self.adapter is not None
+        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res, adapter_only=lora)
         if res.skip_scheduler:
             remaining = max((self.total or UNBOUNDED_STEPS) - self.progress["step"], 1)
             self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, remaining)
@@ -141,7 +154,7 @@ class RLRun:
 
     def publish(self, version: int) -> float:
         """Hand the current weights to inference as ``version``; returns the seconds taken."""
-        return publish_weights(self.hf, self.transport, self.dist, version)
+        return publish_weights(self.hf, self.transport, self.dist, version, self.adapter)
 
     def train_step(self, step: int) -> dict[str, float]:
         """Wait for batch ``step``, train on it; returns the step's metrics (all ranks)."""
@@ -155,17 +168,14 @@ class RLRun:
         if self.annotator is not None:
             self.annotator.begin(step)
         observer = notes.Fanout(self.exporter, self.annotator)
-        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world, observer)
+        arm = getattr(self.optimizer, "arm", None)  # full offload: step during the last backward
+        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world, observer, arm)
         if self.exporter is not None:
             self.exporter.finish()
         if self.annotator is not None:
             notes.log_annotations(self.monitors, self.annotator.gather(), step)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.optim.max_norm)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
         t2 = time.perf_counter()
         metrics = reduce_stats(stats, self.dist.world)
@@ -201,6 +211,7 @@ class RLRun:
             None,
             self.dist.rank,
             meta,
+            self.adapter.config if self.adapter is not None else None,
         )
         if self.dist.world > 1:
             tdist.barrier()

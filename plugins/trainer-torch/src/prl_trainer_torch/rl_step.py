@@ -19,6 +19,16 @@ plugin and the fixed ce / ref_kl components (``component_losses``) and normalise
 Each micro-batch's backward uses ``loss_mb · world``: FSDP averages gradients over ranks, so
 the sum over micro-batches and ranks is exactly the gradient of the one global loss.
 
+Sampling replay. A micro-batch may carry ``sampling_mask`` (per token, the ids a top-p /
+top-k sampler kept; empty where it did not truncate) and ``sampling_mask_logprobs`` (the
+sampler's untruncated logprobs of those ids). For a masked token the trainer's logp is
+renormalised over the kept set (:mod:`prl_trainer_torch.replay`), and so are the sampler's
+(its logprob and per-id ones minus their logsumexp), so the ratio compares the two
+truncated distributions. ``LossInputs.trainer_mask_logprobs`` / ``inference_mask_logprobs``
+([T, K], −inf padding) carry the per-id values to the loss (IPO's score centering), and
+``mismatch/sampling_mask`` is the fraction of masked loss tokens whose kept set is not the
+trainer's own top set.
+
 Statistics. ``entropy`` (of the tempered distribution) and ``mismatch_kl`` = e^ℓ − 1 − ℓ,
 ℓ = logp − inference logp, are averaged over the loss tokens, for all envs and per env;
 entropy also gets its std and max over those tokens.
@@ -39,6 +49,7 @@ from prl_loss_common import component_losses, global_scales, local_scales, misma
 
 from prl.config.errors import ConfigError
 from prl.contracts.loss import Loss, LossInputs
+from prl_trainer_torch.replay import pad_masks
 
 FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
 
@@ -65,18 +76,30 @@ class MicroBatch:
     seq_env_names: list[str] = field(default_factory=list)
     trace_ids: list[str] | None = None
     branch_indices: list[int] | None = None
+    # Sampling replay ([T, K], aligned with input_ids): each token's kept ids, which are
+    # real, and the sampler's logprobs over them (−inf padding) when the batch carries them.
+    mask_ids: torch.Tensor | None = None
+    mask_valid: torch.Tensor | None = None
+    mask_inference: torch.Tensor | None = None
+
+
+@dataclass
+class TokenOut:
+    """Per-token trainer outputs of one micro-batch, aligned with ``input_ids``."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor
+    mask_logp: torch.Tensor | None = None  # [T, K] log p_S over the kept ids (−inf padding)
+    mask_mismatch: torch.Tensor | None = None  # [T] trainer and sampler disagree on the kept set
 
 
 def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
-    if raw.get("sampling_mask") is not None:
-        # A setting the user chose (top_p < 1 or top_k): a usage error, one line and exit 2.
-        raise ConfigError(
-            "sampling_mask: trainer 'torch' does not replay truncated sampling yet; sample with top_p = 1 and no top_k"
-        )
+    masks = _sampling_masks(raw, device)
     pos = torch.tensor(raw["position_ids"], dtype=torch.long, device=device)
     has_pred = pos != 0
     fields = {k: torch.tensor(raw[k], dtype=torch.float32, device=device) for k in FLOAT_FIELDS}
+    _renormalise_sampler(fields, masks)
     # Weights of tokens without a prediction are zeroed so they leave the scales too.
     for k in ("rl_weights", "ce_weights", "ref_kl_weights"):
         fields[k] = torch.where(has_pred, fields[k], torch.zeros_like(fields[k]))
@@ -100,20 +123,78 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         seq_env_names=list(raw["env_names"]),
         trace_ids=raw.get("trace_ids"),
         branch_indices=raw.get("branch_indices"),
+        **masks,
         **fields,
     )
 
 
+def _sampling_masks(raw: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor | None]:
+    """``sampling_mask`` (and ``sampling_mask_logprobs``) of a micro-batch as padded tensors."""
+    masks, values = raw.get("sampling_mask"), raw.get("sampling_mask_logprobs")
+    if masks is not None and len(masks) != len(raw["input_ids"]):
+        raise ConfigError(
+            f"sampling_mask: {len(masks)} entries for {len(raw['input_ids'])} tokens; "
+            "the rollout packer must align one kept-id list with every token"
+        )
+    if values is not None and masks is not None:
+        if not any(values):
+            values = None  # a backend that reports the kept ids only
+        elif len(values) != len(masks) or any(len(v) != len(m) for m, v in zip(masks, values, strict=False)):
+            raise ConfigError("sampling_mask_logprobs: must give one logprob per kept id of sampling_mask")
+    padded = pad_masks(masks, values)
+    if padded is None:
+        return {}
+    ids, valid, vals = padded
+    return {
+        "mask_ids": ids.to(device),
+        "mask_valid": valid.to(device),
+        "mask_inference": vals.to(device) if vals is not None else None,
+    }
+
+
+def _renormalise_sampler(fields: dict[str, torch.Tensor], masks: dict[str, torch.Tensor | None]) -> None:
+    """The sampler reports untruncated logprobs; over a kept set S both the sampled token's
+    logprob and the per-id ones become log q − logsumexp_S log q (what it really sampled from)."""
+    vals = masks.get("mask_inference")
+    if vals is None:
+        return
+    has = masks["mask_valid"].any(-1)
+    lse = torch.where(has, torch.logsumexp(vals, -1), torch.zeros_like(has, dtype=vals.dtype))
+    fields["inference_logprobs"] = fields["inference_logprobs"] - lse
+    masks["mask_inference"] = vals - lse[:, None]
+
+
 def token_logprobs(policy, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp_i, entropy_i) aligned with ``input_ids`` (module docstring); 0 at document starts."""
+    out = forward_tokens(policy, mb)
+    return out.logp, out.entropy
+
+
+def forward_tokens(policy, mb: MicroBatch) -> TokenOut:
+    """The policy's per-token outputs for ``mb``: logp (renormalised over the kept set where
+    the token has a sampling mask, :mod:`prl_trainer_torch.replay`) and entropy."""
     targets = torch.roll(mb.input_ids, -1)
     temps = torch.roll(mb.temperatures, -1).clamp_min(1e-6)
-    logp, ent = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True)
-    zero = logp.new_zeros(1)
-    logp = torch.cat([zero, logp[0, :-1]])
-    ent = torch.cat([zero, ent[0, :-1].detach()])
+    extra = {}
+    if mb.mask_ids is not None:
+        # token i's mask describes the prediction made at position i − 1, like its target
+        extra["replay"] = (torch.roll(mb.mask_ids, -1, 0)[None], torch.roll(mb.mask_valid, -1, 0)[None])
+    outs = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True, **extra)
     keep = mb.position_ids != 0
-    return torch.where(keep, logp, torch.zeros_like(logp)), torch.where(keep, ent, torch.zeros_like(ent))
+    logp, ent = (_shift(t[0], keep) for t in outs[:2])
+    out = TokenOut(logp, ent.detach())
+    if extra:
+        mask_logp = torch.cat([outs[2].new_full((1, outs[2].shape[-1]), float("-inf")), outs[2][0, :-1]])
+        out.mask_logp = torch.where(keep[:, None], mask_logp, torch.full_like(mask_logp, float("-inf")))
+        out.mask_mismatch = _shift(outs[3][0], keep)
+    return out
+
+
+def _shift(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Position outputs (position i predicts token i + 1) moved onto their tokens; 0 at
+    document starts."""
+    values = torch.cat([values.new_zeros(1), values[:-1]])
+    return torch.where(keep, values, torch.zeros_like(values))
 
 
 @dataclass
@@ -127,6 +208,9 @@ class StepStats:
     per_env: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0] * 5))
     tokens: float = 0.0
     nonfinite: float = 0.0
+    # sampling replay: loss tokens with a sampling mask, and those whose mask the trainer disputes
+    replay_tokens: float = 0.0
+    replay_mismatch: float = 0.0
 
     def add_tokens_stats(self, mb: MicroBatch, entropy: torch.Tensor, mkl: torch.Tensor) -> None:
         mask = mb.loss_mask
@@ -145,8 +229,12 @@ class StepStats:
                 acc[4] = max(acc[4], float(ent.max()))
 
 
-def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int, export=None) -> StepStats:
+def run_micro_batches(
+    policy, loss_fn: Loss, mbs: list[MicroBatch], world: int, export=None, before_last_backward=None
+) -> StepStats:
     """Forward and backward over this rank's micro-batches; gradients accumulate in ``policy``.
+    ``before_last_backward`` (or None) is called before the last micro-batch's backward
+    (full offload arms its in-backward optimizer step there).
 
     ``export`` (anything with ``add(micro_step, mb, logp, entropy)``: the token exporter, the
     annotation collector, both through :class:`prl_trainer_torch.annotations.Fanout`; or
@@ -156,7 +244,8 @@ def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int, 
     )
     stats = StepStats()
     for micro_step, mb in enumerate(mbs):
-        logp, entropy = token_logprobs(policy, mb)
+        out = forward_tokens(policy, mb)
+        logp, entropy = out.logp, out.entropy
         if export is not None:
             export.add(micro_step, mb, logp, entropy)
         inputs = LossInputs(
@@ -166,14 +255,22 @@ def run_micro_batches(policy, loss_fn: Loss, mbs: list[MicroBatch], world: int, 
             loss_mask=mb.loss_mask,
             rl_weights=mb.rl_weights,
             ref_logprobs=mb.ref_logprobs,
+            trainer_mask_logprobs=out.mask_logp,
+            inference_mask_logprobs=mb.mask_inference,
             seq_lens=mb.seq_lens,
         )
         sums = component_losses(loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights)
         loss = normalise(sums, scales)
         if not torch.isfinite(loss):
             stats.nonfinite += 1
+        if before_last_backward is not None and micro_step == len(mbs) - 1:
+            before_last_backward()
         (loss * world).backward()
         _accumulate(stats, sums, scales, mb, logp.detach(), entropy)
+        if out.mask_mismatch is not None:
+            masked = mb.loss_mask & mb.mask_valid.any(-1)
+            stats.replay_tokens += float(masked.sum())
+            stats.replay_mismatch += float((out.mask_mismatch & masked).sum())
     return stats
 
 
@@ -216,8 +313,10 @@ def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
     loss: dict[str, float] = defaultdict(float)
     plugin: dict[str, float] = defaultdict(float)
     per_env: dict[str, list[float]] = {}
-    pw = tokens = nonfinite = 0.0
+    pw = tokens = nonfinite = replay_tokens = replay_mismatch = 0.0
     for s in ranks:
+        replay_tokens += s.get("replay_tokens", 0.0)
+        replay_mismatch += s.get("replay_mismatch", 0.0)
         for k, v in s["loss"].items():
             loss[k] += v
         for k, v in s["plugin"].items():
@@ -239,6 +338,8 @@ def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
         out[f"entropy/{env}/max"] = ent_max
         out[f"mismatch_kl/{env}/mean"] = mkl / max(count, 1.0)
     out["loss/nonfinite_count"] = nonfinite
+    if replay_tokens > 0:
+        out["mismatch/sampling_mask"] = replay_mismatch / replay_tokens
     out["_tokens"] = tokens
     return out
 
@@ -248,4 +349,5 @@ def _plain(stats: StepStats) -> dict[str, Any]:
         "loss": dict(stats.loss), "plugin": dict(stats.plugin),
         "per_env": {k: list(v) for k, v in stats.per_env.items()},
         "plugin_weight": stats.plugin_weight, "tokens": stats.tokens, "nonfinite": stats.nonfinite,
+        "replay_tokens": stats.replay_tokens, "replay_mismatch": stats.replay_mismatch,
     }  # fmt: skip

@@ -27,6 +27,7 @@ from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
+from prl_trainer_torch.lora import maybe_adapter
 from prl_trainer_torch.metrics import (
     Progress,
     emit,
@@ -43,7 +44,7 @@ from prl_trainer_torch.model import (
     parallelize,
     resolve_dtype,
 )
-from prl_trainer_torch.optim import build_optimizer, build_scheduler
+from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 
 log = logging.getLogger("prl.trainer")
 SFT_WEIGHT_DECAY = 0.01
@@ -78,12 +79,15 @@ class SFTRun:
         dtype = resolve_dtype(mcfg.dtype, self.dist.device)
         hf = load_hf_model(mcfg.name, dtype, mcfg.attn_implementation)
         self.n_params = count_params(hf)[1]
+        self.adapter = maybe_adapter(hf, mcfg)  # [model.lora]: only the adapter trains
         self.shape = (hf.config.num_hidden_layers, hf.config.hidden_size)
         self.hf = hf
         dp = mcfg.data_parallel(self.dist.world)
         self.policy = parallelize(hf, self.dist, mcfg.activation_checkpointing, dp=dp)
         self.gc = GarbageCollector(mcfg.gc)
-        self.optimizer = build_optimizer(self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY)
+        self.optimizer = build_optimizer(
+            self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY, config.model, self.dist.device
+        )
         tokenizer = config.tokenizer.name or mcfg.name
         source = SampleSource(config.data, config.renderer, tokenizer, hf.config.vocab_size)
         self.loader = SFTLoader(source, config.data, self.dist.rank, self.dist.world)
@@ -109,7 +113,8 @@ class SFTRun:
         if step_dir is None:
             return
         res = self.config.resume
-        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res)
+        lora = self.adapter is not None
+        self.progress = ckpt.load(step_dir, self.hf, self.optimizer, self.scheduler, res, adapter_only=lora)
         if res.skip_scheduler:
             remaining = max(self.total - self.progress["step"], 1)
             self.scheduler = build_scheduler(self.optimizer, self.config.scheduler, remaining)
@@ -148,12 +153,8 @@ class SFTRun:
             loss.backward()
             nll_sum += float(nll.detach())
         t1 = time.perf_counter()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.optim.max_norm)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
         nll_sum, nans = _all_sum([nll_sum, float(nans)], self.dist)
         if self.dist.device.type == "cuda":
@@ -219,7 +220,9 @@ class SFTRun:
         t0 = time.perf_counter()
         meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
         loader_state = self.loader.state_dict()
-        ckpt.save(step_dir, self.hf, self.optimizer, self.scheduler, self.progress, loader_state, self.dist.rank, meta)
+        adapter = self.adapter.config if self.adapter is not None else None
+        parts = (self.hf, self.optimizer, self.scheduler, self.progress, loader_state)
+        ckpt.save(step_dir, *parts, self.dist.rank, meta, adapter)
         if self.dist.world > 1:
             tdist.barrier()
         if self.dist.is_main:

@@ -8,6 +8,9 @@ Trainer side (:meth:`FilesystemWeights.publish`, imports torch and safetensors l
 3. write ``.started``, then ``.finished`` (the files are already in place);
 4. keep only the two newest ``step_*`` directories.
 
+LoRA runs publish an adapter instead (:meth:`FilesystemWeights.publish_adapter`):
+``adapter_model.safetensors`` and ``adapter_config.json`` (PEFT layout), same handshake.
+
 Consumer side (:meth:`FilesystemWeights.receive`, torch-free): wait for ``.sender_ready``,
 write ``.receiver_ready``, wait for ``.finished``, return the directory.
 
@@ -30,6 +33,8 @@ from prl.handshake import touch as _touch
 from prl.handshake import wait as _wait
 
 MAX_SHARD_BYTES = 5 * 1024**3
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
 KEEP = 2
 
 
@@ -40,6 +45,8 @@ class FilesystemWeights(WeightTransport):
     is_default: ClassVar[bool] = True
 
     class Config(WeightTransportConfig):
+        carries_adapters: ClassVar[bool] = True
+
         type: Literal["filesystem"] = "filesystem"
         """Selects this transport."""
 
@@ -61,6 +68,22 @@ class FilesystemWeights(WeightTransport):
             shutil.rmtree(target)
         target.mkdir(parents=True)
         save_safetensors(state_dict, target)
+        self._hand_over(target, version)
+
+    def publish_adapter(self, tensors: dict[str, Any], adapter_config: dict[str, Any], version: int) -> None:
+        """A LoRA adapter in the PEFT layout: ``adapter_model.safetensors`` and
+        ``adapter_config.json`` in ``broadcasts/step_N``, then the same handshake."""
+        from safetensors.torch import save_file
+
+        target = self.step_dir(version)
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        _save_atomic(save_file, _plain_tensors(tensors), target / ADAPTER_WEIGHTS)
+        (target / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2))
+        self._hand_over(target, version)
+
+    def _hand_over(self, target: Path, version: int) -> None:
         _touch(target / SENDER)
         what = f"a consumer to acknowledge weights version {version}; is the orchestrator running?"
         _wait(target / RECEIVER, self.timeout, what)
