@@ -24,8 +24,9 @@ def build_client(config: OrchestratorConfig) -> InferenceHTTPClient:
     """The inference client for ``config.client`` (prl.client)."""
     from prl.client import InferenceHTTPClient
 
-    # A LoRA run samples from its adapter: every request names it as the model.
-    lora = config.model.lora
+    # A LoRA run samples from its adapter: every request names it as the model. `prl eval`
+    # shares this client with a plain [model] (no lora field): it asks for the model by name.
+    lora = getattr(config.model, "lora", None)
     return InferenceHTTPClient.from_config(config.client, model=lora.name if lora else config.model.name)
 
 
