@@ -151,3 +151,36 @@ def test_mask_logprobs_that_do_not_match_the_mask_are_named():
     # ids without logprobs (a backend that reports only the mask) still replay the trainer side
     mb = to_micro_batch(_raw([[], [2, 5], [], []], [[], [], [], []]), CPU)
     assert mb.mask_inference is None and mb.inference_logprobs.tolist() == [-1.0] * 4
+
+
+def test_replay_counts_add_over_micro_batches_and_ranks():
+    policy = TinyPolicy()
+    # tokens 2 and 4 were sampled outside their own kept sets: both are mismatches
+    mb = to_micro_batch(_raw([[], [5, 6], [], [6, 7]]), CPU)
+    alone = _plain(run_micro_batches(policy, _Capture(), [mb], world=1))
+    assert (alone["replay_tokens"], alone["replay_mismatch"]) == (2.0, 2.0)
+    twice = _plain(run_micro_batches(policy, _Capture(), [mb, mb], world=1))
+    assert (twice["replay_tokens"], twice["replay_mismatch"]) == (4.0, 4.0)
+    # over ranks the sums add before the division, whichever rank comes first
+    a = {**alone, "replay_tokens": 1.0, "replay_mismatch": 1.0}
+    b = {**alone, "replay_tokens": 3.0, "replay_mismatch": 0.0}
+    assert merge_stats([a, b])["mismatch/sampling_mask"] == pytest.approx(0.25)
+    assert merge_stats([b, a])["mismatch/sampling_mask"] == pytest.approx(0.25)
+    assert merge_stats([a])["mismatch/sampling_mask"] == 1.0  # one masked token is enough to report
+    # a rank whose sums carry no replay counts adds nothing
+    bare = {k: v for k, v in alone.items() if not k.startswith("replay")}
+    assert merge_stats([a, bare])["mismatch/sampling_mask"] == pytest.approx(1.0)
+    assert merge_stats([bare, b])["mismatch/sampling_mask"] == pytest.approx(0.0)
+
+
+def test_before_last_backward_runs_once_after_all_other_backwards():
+    # full_offload steps the optimizer inside the last backward; its hook is armed here
+    policy = TinyPolicy()
+    mbs = [to_micro_batch(_raw([[]] * 4), CPU) for _ in range(3)]
+    seen = []
+    run_micro_batches(
+        policy, _Capture(), mbs, world=1, before_last_backward=lambda: seen.append(policy.head.grad.clone())
+    )
+    assert len(seen) == 1
+    # identical micro-batches add equal gradients: two of three were in when the hook ran
+    assert torch.allclose(seen[0] * 1.5, policy.head.grad)
