@@ -17,12 +17,14 @@ them all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,15 +112,11 @@ def serve_engines(cfg: InferenceConfig, engines: int) -> int:
     """Start ``engines`` engines, route ``server.port`` to them, serve until stopped."""
     admin_api_key(cfg.server)
     sock = bind(cfg.server.host, cfg.server.port)  # a taken port fails before engines load
-    stop: list[int] = []
-    previous = {s: signal.signal(s, lambda n, f: stop.append(n)) for s in (signal.SIGTERM, signal.SIGINT)}
-    with tempfile.TemporaryDirectory(prefix="prl-engines-") as scratch:
+    with _stop_signals() as stop, tempfile.TemporaryDirectory(prefix="prl-engines-") as scratch:
         procs = start_engines(cfg, engines, Path(scratch))
         try:
             return asyncio.run(_serve(cfg, sock, [url for _, url, _ in procs], procs, stop))
         finally:
-            for s, old in previous.items():
-                signal.signal(s, old)
             _stop(procs)
 
 
@@ -126,10 +124,18 @@ def serve_router(cfg: InferenceConfig, backends: list[str]) -> int:
     """Route ``server.port`` to engines started elsewhere (other nodes) at ``backends``."""
     admin_api_key(cfg.server)
     sock = bind(cfg.server.host, cfg.server.port)
+    with _stop_signals() as stop:
+        return asyncio.run(_serve(cfg, sock, [b.rstrip("/") for b in backends], [], stop))
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[int]]:
+    """SIGTERM and SIGINT append their number to the yielded list (the serve loop polls it
+    and shuts down in order) instead of interrupting; the old handlers come back after."""
     stop: list[int] = []
     previous = {s: signal.signal(s, lambda n, f: stop.append(n)) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return asyncio.run(_serve(cfg, sock, [b.rstrip("/") for b in backends], [], stop))
+        yield stop
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
