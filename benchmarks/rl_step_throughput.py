@@ -67,6 +67,7 @@ def trainer_config(model_dir: Path, out: Path, args, steps: int):
             "model": {
                 "name": str(model_dir), "seq_len": args.seq_len, "dtype": "bfloat16",
                 "activation_checkpointing": not args.no_ac,
+                "optim_cpu_offload": not args.no_optim_offload,
             },
             "loss": {"type": "ipo"},
             "optim": {"lr": 1e-6, "max_norm": 1.0},
@@ -131,6 +132,7 @@ def main() -> int:
     p.add_argument("--plain-tokens", type=int, default=8192)
     p.add_argument("--chunk", type=int, default=2048)
     p.add_argument("--no-ac", action="store_true", help="no activation checkpointing (more memory)")
+    p.add_argument("--no-optim-offload", action="store_true", help="model.optim_cpu_offload = false")
     p.add_argument("--no-annotations", action="store_true", help="trainer.annotations = false")
     p.add_argument("--only", default="rl_step,packed,plain", help="comma list of rl_step, packed, plain")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (CPU smoke test)")

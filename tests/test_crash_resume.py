@@ -16,7 +16,6 @@ import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from prl_monitor_file import metric_by_step, read_metrics  # noqa: E402
 
 from prl import layout  # noqa: E402
 from prl.serving import free_port  # noqa: E402
+from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
 STEPS = 6
 LAUNCH_TIMEOUT_S = 300
@@ -52,35 +52,10 @@ def model(tmp_path_factory):
 
 def _toml(tmp_path: Path, model: Path) -> Path:
     """A deterministic reverse-text run behind a spawned env server, saving every 2 steps."""
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = {STEPS}
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        deterministic = true
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer.optim]
-        lr = 1e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        env.serve.isolate = true
-        [inference.server]
-        port = {free_port("127.0.0.1")}
-        [ckpt]
-        interval = 2
-    ''')
-    )
-    return toml
+    isolated = {"0": {"env": {"serve": {"isolate": True}}}}
+    overrides = {"max_steps": STEPS, "orchestrator": {"deterministic": True, "train": {"source": isolated}}}
+    port = {"inference": {"server": {"port": free_port("127.0.0.1")}}, "ckpt": {"interval": 2}}
+    return tiny_rl_toml(tmp_path, model, overrides, port)
 
 
 def _launch(toml: Path, name: str, *extra: str) -> subprocess.Popen:

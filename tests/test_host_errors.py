@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ pytest.importorskip("prl_trainer_torch")
 
 from prl import layout  # noqa: E402
 from prl.serving import free_port  # noqa: E402
+from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,33 +33,11 @@ def model(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("model") / "tiny", preset="tiny")
 
 
-def _toml(tmp_path: Path, model: Path, output_dir: Path, port: int, ckpt: str = "") -> Path:
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 1
-        seq_len = 256
-        output_dir = "{output_dir}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = {port}
-        [ckpt]
-        interval = 1
-        {ckpt}
-    ''')
-    )
-    return toml
+def _toml(tmp_path: Path, model: Path, output_dir: Path, port: int, ckpt: dict | None = None) -> Path:
+    """A one-step tiny run checkpointing every step, with ``ckpt``'s settings added."""
+    overrides = {"max_steps": 1, "output_dir": str(output_dir), "trainer": None}
+    ckpt = {"interval": 1, **(ckpt or {})}
+    return tiny_rl_toml(tmp_path, model, overrides, {"inference": {"server": {"port": port}}, "ckpt": ckpt})
 
 
 def _prl_rl(toml: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -132,7 +110,7 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_resume_takes_the_previo
     if not _can_mount():
         pytest.skip("needs root to mount a size-limited tmpfs")
     with _tmpfs(tmp_path / "ckpt", "256m") as ckpt_dir:
-        toml = _toml(tmp_path, model, tmp_path / "outputs", free_port("127.0.0.1"), f'output_dir = "{ckpt_dir}"')
+        toml = _toml(tmp_path, model, tmp_path / "outputs", free_port("127.0.0.1"), {"output_dir": str(ckpt_dir)})
         first = _prl_rl(toml)  # one step: measures what a checkpoint takes
         assert first.returncode == 0, first.stderr[-3000:]
         size = sum(f.stat().st_size for f in (ckpt_dir / "step_1").rglob("*") if f.is_file())

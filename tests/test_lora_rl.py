@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 
 import pytest
+
+from prl.testing.configs import tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -17,9 +18,9 @@ pytest.importorskip("prl_launcher_local")
 pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
-LORA = '[model.lora]\nrank = 4\nalpha = 8.0\ntarget_modules = ["q_proj", "v_proj"]\nname = "policy-lora"\n'
+LORA = {"model": {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"], "name": "policy-lora"}}}
 # A dry run reads no weights: any directory stands in for the model, with a named renderer.
-QWEN3 = '[orchestrator.renderer]\nname = "qwen3"\n'
+QWEN3 = {"orchestrator": {"renderer": {"name": "qwen3"}}}
 
 
 @pytest.fixture(scope="module")
@@ -29,35 +30,9 @@ def tiny(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("lora") / "model", preset="tiny")
 
 
-def _rl_toml(tmp_path, model, extra: str = LORA):
-    """Two reverse-text RL steps on a tiny model, with LoRA unless told otherwise."""
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer.optim]
-        lr = 5e-2
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        [ckpt]
-    ''')
-        + extra
-    )
-    return toml
+def _rl_toml(tmp_path, model, *extra: dict):
+    """Two reverse-text RL steps on a tiny model, with the ``extra`` settings (LoRA, a renderer)."""
+    return tiny_rl_toml(tmp_path, model, {"trainer": {"optim": {"lr": 5e-2}}, "ckpt": {}}, *extra)
 
 
 def _resolved(tmp_path, name: str) -> dict:
@@ -68,7 +43,7 @@ def _resolved(tmp_path, name: str) -> dict:
 def test_lora_picks_filesystem_broadcast_and_reaches_every_component(tmp_path, capsys):
     from prl.cli.commands import cmd_rl
 
-    toml = _rl_toml(tmp_path, tmp_path, LORA + QWEN3)
+    toml = _rl_toml(tmp_path, tmp_path, LORA, QWEN3)
     assert cmd_rl(["@", str(toml), "--run.name", "lora", "--dry-run"]) == 0, capsys.readouterr().err
     for name in ("trainer", "orchestrator", "inference"):
         cfg = _resolved(tmp_path, name)
@@ -83,7 +58,7 @@ def test_explicit_nccl_with_lora_is_one_line_and_exit_2(tmp_path, capsys):
 
     from prl.cli.main import app
 
-    toml = _rl_toml(tmp_path, tmp_path, LORA + QWEN3)
+    toml = _rl_toml(tmp_path, tmp_path, LORA, QWEN3)
     argv = ["rl", "@", str(toml), "--run.name", "lora", "--weight-broadcast.type", "nccl", "--dry-run"]
     result = CliRunner().invoke(app, argv)
     err = [x for x in result.output.splitlines() if x.strip()]
@@ -117,7 +92,7 @@ VLLM = [
 def test_lora_rl_serves_each_published_adapter(tmp_path, capsys, tiny, backend):
     from prl.cli.commands import cmd_rl
 
-    toml = _rl_toml(tmp_path, tiny)
+    toml = _rl_toml(tmp_path, tiny, LORA)
     # Deterministic: batch 2 is sampled on version 1 only, so sampler and trainer must agree.
     code = cmd_rl(["@", str(toml), "--run.name", "lora", "--orchestrator.deterministic", *backend])
     out = capsys.readouterr()

@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import textwrap
 import threading
 import time
 import zipfile
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from prl.testing.configs import tiny_rl_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "packages"))
@@ -317,36 +318,14 @@ def test_third_party_plugins_from_wheels_are_used_by_prl_rl(wheels, third_party,
         dists[0]: {"tasksets": [task]}, dists[1]: {"renderers": [renderer]}, dists[2]: {"monitors": [monitor]},
     }  # fmt: skip
     model = tiny_model
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
+    orchestrator = {
         # The random tiny model never answers the scaffold's sums, so every group ties at
         # reward 0; keep such batches rather than wait for a signal that never comes.
-        constant_trainer_batch_size = false
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [orchestrator.renderer]
-        name = "{renderer}"
-        base = "auto"
-        system_prompt = "ACME-SYSTEM-PROMPT"
-        [[orchestrator.train.source]]
-        name = "{task}"
-        env.taskset.id = "{task}"
-        [monitors.{monitor}]
-        [inference.server]
-        port = 0
-    ''')
-    )
+        "constant_trainer_batch_size": False,
+        "renderer": {"name": renderer, "base": "auto", "system_prompt": "ACME-SYSTEM-PROMPT"},
+        "train": {"source": [{"name": task, "env": {"taskset": {"id": task}}}]},
+    }
+    toml = tiny_rl_toml(tmp_path, model, {"orchestrator": orchestrator, "trainer": None, "monitors": {monitor: {}}})
     with phase("prl rl with the third-party plugins, 2 steps"):
         result = sh(venv / "bin" / "prl", "rl", "@", toml, "--run.name", "acme", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -5,9 +5,10 @@ its own algorithm, with per-env metrics from orchestrator and trainer."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
+
+from prl.testing.configs import tiny_rl_toml
 
 for _dist in ("prl_model_init", "prl_inference_torch", "prl_launcher_local", "prl_tasks_builtin", "prl_trainer_torch"):
     pytest.importorskip(_dist)
@@ -21,37 +22,13 @@ def test_two_sources_with_their_own_algorithms_both_train(tmp_path, capsys):
     from prl.cli.commands import cmd_rl
 
     model = make_model(tmp_path / "model", preset="tiny")
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 3
-        seq_len = 512
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 8
-        deterministic = true
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 6
-        [trainer.optim]
-        lr = 1e-3
-        [inference.server]
-        port = 0
-        [[orchestrator.train.source]]
-        name = "reverse"
-        ratio = 2.0
-        env.taskset.id = "reverse-text"
-        [[orchestrator.train.source]]
-        name = "kuhn"
-        ratio = 1.0
-        env.taskset.id = "kuhn-poker"
-        algo = {{ type = "debug" }}
-    ''')
-    )
+    sources = [
+        {"name": "reverse", "ratio": 2.0, "env": {"taskset": {"id": "reverse-text"}}},
+        {"name": "kuhn", "ratio": 1.0, "env": {"taskset": {"id": "kuhn-poker"}}, "algo": {"type": "debug"}},
+    ]
+    train = {"sampling": {"max_completion_tokens": 6}, "source": sources}
+    orchestrator = {"batch_size": 8, "deterministic": True, "train": train}
+    toml = tiny_rl_toml(tmp_path, model, {"max_steps": 3, "seq_len": 512, "orchestrator": orchestrator})
     code = cmd_rl(["@", str(toml), "--run.name", "mix"])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]

@@ -4,9 +4,10 @@ model), the real orchestrator and the real torch trainer, two RL steps on revers
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
+
+from prl.testing.configs import tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -22,32 +23,7 @@ def _rl_toml(tmp_path):
     from prl_model_init.build import make_model
 
     model = make_model(tmp_path / "model", preset="tiny")
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer.optim]
-        lr = 1e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        [ckpt]
-    ''')
-    )
-    return toml
+    return tiny_rl_toml(tmp_path, model, {"ckpt": {}})
 
 
 VLLM = [

@@ -16,7 +16,6 @@ import queue
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ pytest.importorskip("prl_trainer_torch")
 
 from prl import procinfo  # noqa: E402
 from prl.orchestrator.watchdog import CODES  # noqa: E402
+from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
 STEPS = 14
 WAIT_S = 240
@@ -40,36 +40,11 @@ def _toml(tmp_path: Path) -> Path:
     from prl_model_init.build import make_model
 
     model = make_model(tmp_path / "model", preset="tiny")
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = {STEPS}
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.watchdog]
-        factor = 2
-        min_stall_s = 4
-        first_step_s = 120
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer.optim]
-        lr = 1e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        env.serve.isolate = true
-        [inference.server]
-        port = 0
-    ''')
-    )
-    return toml
+    watchdog = {"factor": 2, "min_stall_s": 4, "first_step_s": 120}
+    # The env server in its own process, so that it can be stopped on its own.
+    isolated = {"0": {"env": {"serve": {"isolate": True}}}}
+    overrides = {"max_steps": STEPS, "orchestrator": {"watchdog": watchdog, "train": {"source": isolated}}}
+    return tiny_rl_toml(tmp_path, model, overrides)
 
 
 class Console:

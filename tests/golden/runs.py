@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prl.testing.configs import tiny_rl_config, toml_text
 
 CURVES = Path(__file__).parent / "curves"
 WINDOW = 5
@@ -70,7 +72,7 @@ class GoldenRun:
     max_tokens: int = 8
     lr: float = 2e-3
     extra: str = ""
-    """More TOML appended to the run's config."""
+    """More TOML, merged over the run's config table by table."""
     prepare: Callable[[Path], None] | None = field(default_factory=lambda: _reverse_warm_start)
     """Runs on the fresh model directory before training (a warm start)."""
     frozen: Callable[[Path], Path] | None = None
@@ -164,31 +166,14 @@ RUNS: dict[str, GoldenRun] = {
 
 
 def config_toml(run: GoldenRun, model: Path, out: Path) -> str:
-    return textwrap.dedent(f'''
-        max_steps = {run.steps}
-        seq_len = 512
-        output_dir = "{out}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = {run.batch_size}
-        deterministic = true
-        seed = {run.seed}
-        [orchestrator.train]
-        group_size = {run.group_size}
-        [orchestrator.train.sampling]
-        max_completion_tokens = {run.max_tokens}
-        [trainer.optim]
-        lr = {run.lr}
-        [inference.server]
-        port = 0
-        [orchestrator.train.algo]
-    ''') + run.algo + textwrap.dedent('''
-        [[orchestrator.train.source]]
-        name = "golden"
-        [orchestrator.train.source.env.taskset]
-    ''') + run.taskset + "\n" + run.extra + "\n"  # fmt: skip
+    """The run's config: the tiny run of the end-to-end tests with this run's sizes, algorithm
+    and taskset, deterministic from its seed, and its ``extra`` TOML on top."""
+    source = {"name": "golden", "env": {"taskset": tomllib.loads(run.taskset)}}
+    sampling = {"max_completion_tokens": run.max_tokens}
+    train = {"group_size": run.group_size, "sampling": sampling, "algo": tomllib.loads(run.algo), "source": [source]}
+    orchestrator = {"batch_size": run.batch_size, "deterministic": True, "seed": run.seed, "train": train}
+    sizes = {"max_steps": run.steps, "seq_len": 512, "orchestrator": orchestrator, "trainer": {"optim": {"lr": run.lr}}}
+    return toml_text(tiny_rl_config(model, out, sizes, tomllib.loads(run.extra)))
 
 
 def base_model(run: GoldenRun, cache: Path) -> Path:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 WORDS = ("check", "bet", "call", "fold")
+SOLVER_SYSTEM = "Compute the value. Reply with the number only."  # proposer-solver's solver prompt
 
 
 def _note(rng: random.Random) -> dict:
@@ -83,6 +84,29 @@ def kuhn_warm_start(model_dir: Path) -> None:
     conversations = kuhn_conversations(random.Random(0), 200)
     fit(model_dir, conversations, steps=120, lr=2e-2)
     fit(model_dir, conversations, steps=200, lr=1e-2)
+
+
+def proposer_solver_warm_start(model_dir: Path, max_number: int, max_ops: int, steps: int = 160) -> None:
+    """The proposer-solver run's warm start: the proposer's prompts answered with random
+    well-formed expressions and the solvers' with their exact values, 200 tasks, ``steps``
+    at lr 2e-2 (batch 8).
+
+    A random tiny model never writes a valid expression, so no solver is ever asked and
+    every reward is 0. After this the proposer writes valid problems nearly always and the
+    solvers answer partly right (about one in eight), so hierarchical_grpo has solvers of
+    one problem that disagree, and the solvers' reward can rise."""
+    from prl_tasks_builtin.proposer_solver import ProposerSolver, evaluate
+
+    reply, rng = replies(model_dir), random.Random(0)
+    taskset = ProposerSolver(ProposerSolver.Config(max_number=max_number, max_ops=max_ops))
+    rows = []
+    for task in [t for _, t in zip(range(200), taskset.tasks("train"), strict=False)]:
+        numbers = [str(rng.randint(0, max_number)) for _ in range(task.data["ops"] + 1)]
+        problem = numbers[0] + "".join(rng.choice("+-*") + n for n in numbers[1:])
+        value, _ = evaluate(problem, max_number, max_ops)
+        ask = [{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": problem}]
+        rows += [reply(task.prompt, problem), reply(ask, str(value))]
+    train(model_dir, rows, steps=steps, lr=2e-2, batch=8)
 
 
 def replies(model_dir: Path) -> Callable[[list[dict], str], tuple[list[int], list[int]]]:

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 from prl_loss_common import abs_prob_diff
-from prl_loss_ipo import loss as loss_module
 from prl_loss_ipo.loss import IPOLoss
 from pydantic import ValidationError
 
@@ -31,17 +30,10 @@ def _loss(**cfg):
     return IPOLoss(IPOLoss.Config(**cfg))
 
 
-def test_score_centering_is_accepted_now_that_the_trainer_replays_sampling():
-    assert loss_module.SAMPLING_REPLAY is True
-    assert IPOLoss.Config(score_centering=True).score_centering is True
-
-
-def test_score_centering_is_rejected_at_config_time_while_replay_is_unavailable(monkeypatch):
-    monkeypatch.setattr(loss_module, "SAMPLING_REPLAY", False)
-    with pytest.raises(ValidationError) as err:
-        IPOLoss.Config(score_centering=True)
-    assert "trainer.loss.score_centering = true needs sampling replay" in str(err.value)
-    assert IPOLoss.Config(score_centering=False).score_centering is False
+def test_score_centering_names_itself_as_needing_sampling_masks():
+    # prl rl's config check reads this to refuse a run that cannot deliver the masks
+    assert IPOLoss.Config(score_centering=True).sampling_mask_field() == "score_centering"
+    assert IPOLoss.Config(score_centering=False).sampling_mask_field() is None
 
 
 def test_registered_as_ipo_with_spec_defaults():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import textwrap
 
 import pytest
 
@@ -16,6 +15,7 @@ pytest.importorskip("prl_trainer_torch")
 
 from prl_algo_opd import OPD  # noqa: E402
 
+from prl.testing.configs import distill_overrides, tiny_rl_toml  # noqa: E402
 from prl.testing.distill import reverse_kl, sharpened_model, trainer_metrics  # noqa: E402
 from prl.testing.servers import running_inference  # noqa: E402
 from prl.types import Branch, Trace  # noqa: E402
@@ -35,36 +35,8 @@ def _contexts(model_dir, count: int = 8) -> list[list[int]]:
 
 
 def _opd_toml(tmp_path, student, teacher, url):
-    toml = tmp_path / "opd.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = {STEPS}
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{student}"
-        [orchestrator]
-        batch_size = 8
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 16
-        [orchestrator.train.algo]
-        type = "opd"
-        [orchestrator.train.algo.teacher]
-        name = "{teacher}"
-        base_url = "{url}"
-        [trainer.optim]
-        lr = 3e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        ''')
-    )
-    return toml
+    algo = {"type": "opd", "teacher": {"name": str(teacher), "base_url": url}}
+    return tiny_rl_toml(tmp_path, student, distill_overrides(algo, STEPS), name="opd.toml")
 
 
 @pytest.mark.slow

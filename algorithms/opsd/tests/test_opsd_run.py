@@ -3,8 +3,6 @@ task's answer) whose reverse KL to that reference goes down."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("prl_model_init")
@@ -13,6 +11,7 @@ pytest.importorskip("prl_launcher_local")
 pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
+from prl.testing.configs import distill_overrides, tiny_rl_toml  # noqa: E402
 from prl.testing.distill import next_token_kl, trainer_metrics  # noqa: E402
 
 STEPS = 10
@@ -74,34 +73,8 @@ def test_opsd_brings_the_policy_closer_to_itself_shown_the_answer(tmp_path, caps
 
     student = make_model(tmp_path / "student", preset="tiny", seed=0)
     _warm_start(student, _pairs(student, split="train", count=32))
-    toml = tmp_path / "opsd.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = {STEPS}
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{student}"
-        [orchestrator]
-        batch_size = 8
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 16
-        [orchestrator.train.algo]
-        type = "opsd"
-        demo_key = "answer"
-        template = "{TEMPLATE}"
-        [trainer.optim]
-        lr = 3e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        ''')
-    )
+    algo = {"type": "opsd", "demo_key": "answer", "template": TEMPLATE}
+    toml = tiny_rl_toml(tmp_path, student, distill_overrides(algo, STEPS), name="opsd.toml")
     code = cmd_rl(["@", str(toml), "--run.name", "opsd"])
     assert code == 0, capsys.readouterr().err[-3000:]
     run_dir = tmp_path / "outputs" / "opsd"

@@ -3,8 +3,6 @@ CPU whose cross-entropy on the sampler's tokens goes down."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 pytest.importorskip("prl_model_init")
@@ -13,6 +11,7 @@ pytest.importorskip("prl_launcher_local")
 pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
+from prl.testing.configs import distill_overrides, tiny_rl_toml  # noqa: E402
 from prl.testing.distill import sharpened_model, trainer_metrics  # noqa: E402
 from prl.testing.servers import running_inference  # noqa: E402
 
@@ -20,36 +19,8 @@ STEPS = 10
 
 
 def _sft_toml(tmp_path, student, sampler, url):
-    toml = tmp_path / "sft.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = {STEPS}
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{student}"
-        [orchestrator]
-        batch_size = 8
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 16
-        [orchestrator.train.algo]
-        type = "sft"
-        [orchestrator.train.algo.sampling.source]
-        name = "{sampler}"
-        base_url = "{url}"
-        [trainer.optim]
-        lr = 3e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        ''')
-    )
-    return toml
+    algo = {"type": "sft", "sampling": {"source": {"name": str(sampler), "base_url": url}}}
+    return tiny_rl_toml(tmp_path, student, distill_overrides(algo, STEPS), name="sft.toml")
 
 
 @pytest.mark.slow

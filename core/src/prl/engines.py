@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prl.config.errors import ConfigError
+from prl.procs import stop_processes
 from prl.serving import admin_api_key, announce, bind, free_port, ready_file
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def serve_engines(cfg: InferenceConfig, engines: int) -> int:
         try:
             return asyncio.run(_serve(cfg, sock, [url for _, url, _ in procs], procs, stop))
         finally:
-            _stop(procs)
+            stop_processes([proc for proc, _, _ in procs], STOP_GRACE_S)
 
 
 def serve_router(cfg: InferenceConfig, backends: list[str]) -> int:
@@ -190,19 +191,6 @@ def _dead(procs) -> int | None:
             print(f"prl: inference engine {i} ({url}) exited with code {code}; log: {log}\n{tail}", flush=True)
             return code if code == 2 else 1
     return None
-
-
-def _stop(procs) -> None:
-    for proc, _, _ in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    deadline = time.monotonic() + STOP_GRACE_S
-    for proc, _, _ in procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,7 +69,7 @@ def _prl(args: list[str], env: dict, cwd: Path, monkeypatch, capsys) -> tuple[in
         monkeypatch.setenv(var, "")  # set by the command; restored after the test
     monkeypatch.chdir(cwd)
     capsys.readouterr()
-    fn = {"rl": commands.cmd_rl, "sft": commands.cmd_sft}[args[0]]
+    fn = {"rl": commands.cmd_rl, "sft": commands.cmd_sft, "inference": commands.cmd_inference}[args[0]]
     try:
         _run(fn, args[1:])
     except typer.Exit as exc:
@@ -285,3 +285,126 @@ def test_job_log_follower_names_the_node_of_a_failure(tmp_path, capsys):
         fh.write("ner | Loss 0.1\n")
     follower.poll()
     assert capsys.readouterr().out == "node 1 (b2): [trainer] Step 1 | trainer | Loss 0.1\n"
+
+
+def _inference_args(tmp_path, model, *extra: str) -> list[str]:
+    return ["inference", "--model.name", str(model), "--output-dir", str(tmp_path / "out"), "--run.name", "srv", *extra]
+
+
+def test_inference_slurm_dry_run_renders_a_server_job(tmp_path, fake_sbatch, model, monkeypatch, capsys):
+    """``[slurm]`` in the inference TOML: one node serving on every interface, with a key for
+    its admin routes made for the job; nothing submitted."""
+    monkeypatch.delenv("PRL_API_KEY", raising=False)
+    toml = tmp_path / "inference.toml"
+    toml.write_text('[slurm]\npartition = "cpu"\ntime = "02:00:00"\n[server]\nport = 0\n')
+    args = [*_inference_args(tmp_path, model, "--dry-run"), "@", str(toml)]
+    code, out, err = _prl(args, fake_sbatch, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    launcher = tmp_path / "out" / "srv" / "launcher"
+    assert f"sbatch {launcher / 'inference.sbatch'}" in out and "Dry run complete" in out
+    assert not fake_sbatch["marker"].exists()
+    text = (launcher / "inference.sbatch").read_text().splitlines()
+    assert {"#SBATCH --partition=cpu", "#SBATCH --time=02:00:00", "#SBATCH --nodes=1"} <= set(text)
+    assert subprocess.run(["bash", "-n", str(launcher / "inference.sbatch")]).returncode == 0
+    # The job serves the resolved config; it must not submit itself again.
+    resolved = json.loads((tmp_path / "out" / "srv" / "configs" / "latest" / "resolved" / "inference.json").read_text())
+    assert resolved["slurm"] is None and resolved["server"]["host"] == "0.0.0.0"
+    plan = json.loads((launcher / "inference.plan.json").read_text())
+    (spec,) = plan["processes"]
+    assert spec["argv"][-3:] == [
+        "inference",
+        "@",
+        str(tmp_path / "out" / "srv" / "configs" / "attempt_1" / "resolved" / "inference.json"),
+    ]
+    assert spec["service"] is False  # the job's only process: it serves until cancelled
+    key = launcher / "api_key"
+    assert spec["env"]["PRL_API_KEY"] == key.read_text().strip() and key.stat().st_mode & 0o777 == 0o600
+
+    # A key of the user's is used as it is: no key file, none in the plan.
+    args = _inference_args(tmp_path, model, "--slurm", "--server.api-key", "mine", "--run.name", "srv2", "--dry-run")
+    code, out, err = _prl(args, fake_sbatch, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    plan = json.loads((tmp_path / "out" / "srv2" / "launcher" / "inference.plan.json").read_text())
+    assert "PRL_API_KEY" not in plan["processes"][0]["env"]
+    assert not (tmp_path / "out" / "srv2" / "launcher" / "api_key").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--slurm"], "--slurm: sbatch is not on PATH"),
+        (["--slurm.gpus-per-node", "-1"], "--slurm.gpus-per-node"),
+        (["--slurm.template", "missing.j2"], "--slurm.template: cannot read missing.j2"),
+        (["--slurm.nodes", "2"], "--slurm.nodes"),
+    ],
+)
+def test_bad_inference_slurm_input_is_one_line_and_exit_2(
+    tmp_path, fake_sbatch, model, args, needle, monkeypatch, capsys
+):
+    env = {"PATH": str(Path(sys.executable).parent)} if "not on PATH" in needle else fake_sbatch
+    code, out, err = _prl([*_inference_args(tmp_path, model, "--dry-run"), *args], env, tmp_path, monkeypatch, capsys)
+    assert code == 2, (out, err)
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2, err
+
+
+def test_inference_dry_run_without_slurm_only_validates(tmp_path, model, monkeypatch, capsys):
+    code, out, err = _prl(
+        _inference_args(tmp_path, model, "--dry-run"), {"PATH": os.environ["PATH"]}, tmp_path, monkeypatch, capsys
+    )
+    assert code == 0, err
+    assert "Dry run complete: the config is valid" in out and not (tmp_path / "out").exists()
+
+
+def test_rl_fills_inference_slurm_but_the_server_runs_inside_the_run_job(
+    tmp_path, fake_sbatch, model, monkeypatch, capsys
+):
+    toml = _rl_toml(tmp_path, model, '[slurm]\npartition = "gpu"\n[inference.slurm]\ntime = "01:00:00"\n')
+    code, out, err = _prl(["rl", "@", str(toml), "--dry-run"], fake_sbatch, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    resolved = tmp_path / "out" / "job" / "configs" / "latest" / "resolved"
+    # The shared [slurm] filled what inference.slurm left unset ...
+    rl = json.loads((resolved / "rl.json").read_text())
+    assert (rl["inference"]["slurm"]["partition"], rl["inference"]["slurm"]["time"]) == ("gpu", "01:00:00")
+    # ... but the inference child serves inside the run's one job, never submitting its own.
+    assert json.loads((resolved / "inference.json").read_text())["slurm"] is None
+    assert [p.name for p in (tmp_path / "out" / "job" / "launcher").glob("*.sbatch")] == ["rl.sbatch"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "args", "needle"),
+    [
+        (
+            '[slurm]\npartition = "a"\n',
+            ["--inference.slurm.partition", "b"],
+            "Shared config conflicts with matching sub-config field(s): "
+            "slurm.partition='a' vs inference.slurm.partition='b'",
+        ),
+        ("", ["--inference.slurm"], "--inference.slurm: prl rl starts its inference server itself"),
+    ],
+)
+def test_rl_inference_slurm_that_cannot_hold_is_exit_2(
+    tmp_path, fake_sbatch, model, extra, args, needle, monkeypatch, capsys
+):
+    toml = _rl_toml(tmp_path, model, extra)
+    code, out, err = _prl(["rl", "@", str(toml), "--dry-run", *args], fake_sbatch, tmp_path, monkeypatch, capsys)
+    assert code == 2, (out, err)
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "job" / "launcher").exists()
+
+
+def test_server_address_is_the_node_and_the_bound_port(tmp_path, monkeypatch):
+    from prl_launcher_slurm.server import ServerAddress
+
+    monkeypatch.setattr("prl_launcher_slurm.node.node_addr", lambda name: f"{name}.cluster")
+    ready = tmp_path / "inference.address"
+    address = ServerAddress("42", ready, tmp_path)
+    assert address("gpu7") is None  # not serving yet
+    ready.write_text("")
+    assert address("gpu7") is None  # being written
+    ready.write_text("http://0.0.0.0:41234\n")
+    line = address("gpu7")
+    assert line.startswith("prl: inference server of SLURM job 42 is up at http://gpu7.cluster:41234 (node gpu7)")
+    assert (tmp_path / "server_url").read_text() == "http://gpu7.cluster:41234\n"
+    ready.write_text("http://10.1.2.3:8000\n")  # bound to one address: that one
+    assert "up at http://10.1.2.3:8000 " in address("gpu7")

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -21,6 +20,8 @@ pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
 pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
+
+from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -102,34 +103,9 @@ def test_prl_sft_runs_to_the_end_as_a_slurm_job(workdir, slurm_env):
     assert (run / "checkpoints" / "step_5" / "trainer" / ".metadata").exists()
 
 
-def _rl_toml(workdir: Path, extra: str = "") -> Path:
-    toml = workdir / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{workdir / "out"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{workdir / "model"}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer.optim]
-        lr = 1e-3
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-        [ckpt]
-    ''')
-        + textwrap.dedent(extra)
-    )
-    return toml
+def _rl_toml(workdir: Path, *extra: dict) -> Path:
+    """The tiny run on the module's model, outputs under ``workdir/out``, with ``extra`` merged in."""
+    return tiny_rl_toml(workdir, workdir / "model", {"output_dir": str(workdir / "out"), "ckpt": {}}, *extra)
 
 
 def _check_rl_run(run: Path) -> None:
@@ -157,12 +133,7 @@ def _workers(n: int) -> list[str]:
 
 def test_prl_rl_trainer_spans_two_nodes(workdir, slurm_env):
     """1 inference node + 2 trainer nodes (one gloo rank each, c10d rendezvous), one host."""
-    extra = """
-        [deployment]
-        type = "multi_node"
-        num_infer_nodes = 1
-        num_train_nodes = 2
-    """
+    extra = {"deployment": {"type": "multi_node", "num_infer_nodes": 1, "num_train_nodes": 2}}
     proc = _prl(["rl", "@", str(_rl_toml(workdir, extra)), "--run.name", "rl-multi", *_workers(2)], workdir, slurm_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = workdir / "out" / "rl-multi"
@@ -183,12 +154,7 @@ def test_prl_rl_two_inference_nodes_behind_the_router(workdir, slurm_env):
     with socket.socket() as s:  # two free ports in a row for backend_port + 0, + 1
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    extra = """
-        [deployment]
-        type = "multi_node"
-        num_infer_nodes = 2
-        num_train_nodes = 1
-    """
+    extra = {"deployment": {"type": "multi_node", "num_infer_nodes": 2, "num_train_nodes": 1}}
     args = ["rl", "@", str(_rl_toml(workdir, extra)), "--run.name", "rl-2inf", "--inference.server.backend-port"]
     proc = _prl([*args, str(port)], workdir, {**slurm_env, "PRL_API_KEY": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -204,15 +170,10 @@ def test_prl_rl_two_inference_nodes_behind_the_router(workdir, slurm_env):
 
 
 def test_three_node_scripts_are_accepted_by_sbatch_test_only(workdir, slurm_env):
-    extra = """
-        [deployment]
-        type = "multi_node"
-        num_infer_nodes = 1
-        num_train_nodes = 2
-        [slurm]
-        time = "01:00:00"
-        extra_directives = ["--exclusive"]
-    """
+    extra = {
+        "deployment": {"type": "multi_node", "num_infer_nodes": 1, "num_train_nodes": 2},
+        "slurm": {"time": "01:00:00", "extra_directives": ["--exclusive"]},
+    }
     toml = _rl_toml(workdir, extra)
     proc = _prl(["rl", "@", str(toml), "--run.name", "rl-3", "--dry-run", *_workers(4)], workdir, slurm_env)
     assert proc.returncode == 0, proc.stderr

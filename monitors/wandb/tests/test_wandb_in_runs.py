@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from prl_monitor_wandb.monitor import run_id
 
+from prl.testing.configs import REVERSE_TEXT, tiny_rl_toml
+
 for _member in ("prl_model_init", "prl_inference_torch", "prl_launcher_local", "prl_tasks_builtin"):
     pytest.importorskip(_member)
 pytest.importorskip("prl_trainer_torch")
@@ -49,42 +51,10 @@ def _runs(root):
 
 
 def _rl_toml(tmp_path, model):
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [monitors.wandb]
-        tags = ["ci"]
-        [monitors.prime]
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [orchestrator.eval]
-        interval = 1
-        num_examples = 2
-        [orchestrator.eval.sampling]
-        max_completion_tokens = 8
-        [[orchestrator.eval.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [trainer.optim]
-        lr = 1e-3
-        [inference.server]
-        port = 0
-    ''')
-    )
-    return toml
+    """The tiny run with both monitors and an online eval of reverse-text every step."""
+    monitors = {"wandb": {"tags": ["ci"]}, "prime": {}}
+    online_eval = {"interval": 1, "num_examples": 2, "sampling": {"max_completion_tokens": 8}, "source": [REVERSE_TEXT]}
+    return tiny_rl_toml(tmp_path, model, {"monitors": monitors, "orchestrator": {"eval": online_eval}})
 
 
 def test_prl_rl_logs_trainer_and_orchestrator_runs_named_after_the_prl_run(tmp_path, offline, capsys):

@@ -12,12 +12,13 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from prl.testing.configs import tiny_rl_toml
 
 for _module in (
     "prl_model_init",
@@ -49,30 +50,7 @@ def _make_run(base: Path) -> Path:
     from prl.cli.commands import cmd_rl
 
     model = make_model(base / "model", preset="tiny")
-    toml = base / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{base / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        [trainer]
-        enable_token_export = true
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-    ''')
-    )
+    toml = tiny_rl_toml(base, model, {"trainer": {"optim": None, "enable_token_export": True}})
     done = threading.Event()
     watcher = threading.Thread(target=_watch_live, args=(base / "outputs" / "tiny", done), daemon=True)
     watcher.start()

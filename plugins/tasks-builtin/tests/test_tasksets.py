@@ -140,3 +140,23 @@ def test_proposer_solver_rewards_mixed_outcomes():
 
     invalid = run(ts.rollout(task, ScriptedClient(lambda m: "no idea"), ByteRenderer(), Sampling()))
     assert invalid.metrics["valid"] == 0.0 and invalid.agent_rewards == {"proposer": 0.0}
+
+
+def test_proposer_solver_seeded_solvers_sample_apart():
+    """A deterministic run seeds each episode once; its solvers must not all reuse that seed,
+    or (same prompt, same seed) they always agree and no solver baseline has anything to learn."""
+    ts = ProposerSolver(ProposerSolver.Config(num_train=1, num_solvers=3))
+    task = next(iter(ts.tasks("train")))
+    seeds: list[int | None] = []
+
+    class SeededClient(ScriptedClient):
+        async def generate(self, prompt_ids, sampling):
+            seeds.append(sampling.seed)
+            return await super().generate(prompt_ids, sampling)
+
+    # the solvers' reply depends on the seed, as a sampling server's does: seed % 7
+    client = SeededClient(lambda m: "2 + 3" if m[0]["content"].startswith("You write") else str(seeds[-1] % 7))
+    trace = run(ts.rollout(task, client, ByteRenderer(), Sampling(seed=2048)))
+    assert seeds[0] == 2048  # the proposer keeps the episode's seed
+    assert len({s % 2**32 for s in seeds}) == 4  # apart in the low 32 bits, all a torch generator keeps
+    assert sorted(v for k, v in trace.agent_rewards.items() if k.startswith("solver/")) == [0.0, 0.0, 1.0]

@@ -65,6 +65,25 @@ def test_cpu_state_adamw_matches_adamw_and_keeps_state_on_the_state_device():
         assert st["exp_avg"].device == opt.state_device and st["exp_avg"].dtype == torch.float32
 
 
+@pytest.mark.parametrize("bucket", [10, 40, 1 << 26])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_state_adamw_gives_the_same_steps_whatever_the_buckets(monkeypatch, bucket, dtype):
+    """Buckets of one parameter, of several, and of the whole model update alike; bf16
+    parameters are updated through an fp32 copy and keep fp32 moments."""
+    monkeypatch.setattr(offload, "BUCKET_NUMEL", bucket)
+    runs = []
+    for numel in (1 << 26, bucket):
+        offload.BUCKET_NUMEL = numel
+        model = _model(dtype=dtype)
+        opt = CPUStateAdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        runs.append((_train(model, opt), opt))
+    (ref, _), (got, opt) = runs
+    for a, b in zip(ref, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert all(st["exp_avg"].dtype == torch.float32 and st["step"] == 3 for st in opt.state.values())
+    assert any((st["exp_avg"] != 0).any() for st in opt.state.values())
+
+
 def test_full_offload_keeps_fp32_masters_and_frees_device_gradients():
     model = _model(dtype=torch.bfloat16)
     opt = FullOffload(model.parameters(), lr=1e-2)

@@ -5,9 +5,10 @@ which replays them (IPO with score centering) under full optimizer offload."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
+
+from prl.testing.configs import tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -19,37 +20,9 @@ def _config(tmp_path):
     from prl_model_init.build import make_model
 
     model = make_model(tmp_path / "model", preset="tiny")
-    toml = tmp_path / "rl.toml"
-    toml.write_text(
-        textwrap.dedent(f'''
-        max_steps = 2
-        seq_len = 256
-        output_dir = "{tmp_path / "outputs"}"
-        env_vars = {{ OMP_NUM_THREADS = "1" }}
-        [model]
-        name = "{model}"
-        [orchestrator]
-        batch_size = 4
-        [orchestrator.train]
-        group_size = 2
-        [orchestrator.train.sampling]
-        max_completion_tokens = 8
-        top_p = 0.9
-        [trainer.optim]
-        lr = 1e-3
-        [trainer.model]
-        full_offload = true
-        [trainer.loss]
-        type = "ipo"
-        score_centering = true
-        [[orchestrator.train.source]]
-        name = "reverse-text"
-        env.taskset.id = "reverse-text"
-        [inference.server]
-        port = 0
-    ''')
-    )
-    return toml
+    orchestrator = {"train": {"sampling": {"top_p": 0.9}}}
+    trainer = {"model": {"full_offload": True}, "loss": {"type": "ipo", "score_centering": True}}
+    return tiny_rl_toml(tmp_path, model, {"orchestrator": orchestrator, "trainer": trainer})
 
 
 @pytest.mark.slow

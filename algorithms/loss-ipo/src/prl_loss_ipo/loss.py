@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from prl_loss_common import abs_prob_diff, capped_ratio, mismatch_metrics, rl_tokens, zero_where
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl.lazy import lazy_import
@@ -39,11 +39,6 @@ from prl.lazy import lazy_import
 if TYPE_CHECKING:
     from torch import Tensor
 torch = lazy_import("torch")  # registry loads must stay torch-free
-
-# Whether the trainer replays truncated sampling (sampling_mask → the mask logprobs that
-# score centering reads). The torch trainer does; while a trainer did not, score_centering
-# was a config error rather than a failure at the first step.
-SAMPLING_REPLAY = True
 
 
 class IPOLoss(Loss):
@@ -65,18 +60,12 @@ class IPOLoss(Loss):
         """Multiplier on the advantage."""
         score_centering: bool = False
         """Subtract the sampler-expected weighted score; requires truncated sampling (top_p < 1
-        or top_k) from a backend that reports the sampling mask and its logprobs (torch)."""
+        or top_k) from a backend that reports the sampling mask and its logprobs (torch).
+        ``prl rl`` refuses it at config time otherwise."""
 
-        @field_validator("score_centering")
-        @classmethod
-        def _needs_replay(cls, value: bool) -> bool:
-            if value and not SAMPLING_REPLAY:
-                raise ValueError(
-                    "trainer.loss.score_centering = true needs sampling replay (the trainer renormalising "
-                    "logprobs over the sampler's top-k/top-p set), which the trainer does not have yet; "
-                    "set score_centering = false"
-                )
-            return value
+        def sampling_mask_field(self) -> str | None:
+            """``score_centering`` when it is on: it reads the sampling-mask logprobs."""
+            return "score_centering" if self.score_centering else None
 
     config: Config
 

@@ -57,8 +57,8 @@ def _prepare(entry: str, cfg, res: Resolved, resolved: dict, rl: bool = False) -
             run_dir,
             cfg.output_dir,
             resolved,
-            clean=cfg.clean,
-            resume=cfg.resume,
+            clean=getattr(cfg, "clean", False),
+            resume=getattr(cfg, "resume", None),
             rl=rl,
         )
     except OSError as exc:
@@ -179,7 +179,7 @@ def cmd_rl(argv: list[str]) -> int:
         cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
     if cfg.inference is not None:
-        resolved["inference"] = cfg.inference
+        resolved["inference"] = _placed_inference(cfg, "prl rl")
     for split, sources in (
         ("train", cfg.orchestrator.train.source),
         ("eval", cfg.orchestrator.eval.source if cfg.orchestrator.eval else []),
@@ -233,6 +233,22 @@ def cmd_doctor(argv: list[str]) -> int:
     return 0
 
 
+def _placed_inference(cfg, entry: str):
+    """The inference config of the server a run's own launcher starts. Its ``slurm``
+    (filled from the run's ``[slurm]``) only says the run is under SLURM, where the server
+    runs inside the run's job: the child's resolved config has none, so it serves where it
+    is started instead of submitting a second job."""
+    inference = cfg.inference
+    if inference.slurm is None:
+        return inference
+    if cfg.slurm is None:
+        raise ConfigError(
+            f"--inference.slurm: {entry} starts its inference server itself, not as a SLURM job of its own; "
+            "set the top-level [slurm] to submit the whole run, or drop inference.slurm"
+        )
+    return inference.model_copy(update={"slurm": None})
+
+
 def _launch(cfg, paths: RunPaths, processes: list) -> int:
     """Hand the plan to the ``[deployment]`` launcher; a dry run only renders it there."""
     launcher = cfg.deployment.build(run_dir=paths.run_dir, root=cfg)
@@ -267,7 +283,7 @@ def cmd_sft(argv: list[str]) -> int:
         cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count() * engines)
     resolved: dict = {"sft": cfg}
     if cfg.inference is not None:
-        resolved["inference"] = cfg.inference
+        resolved["inference"] = _placed_inference(cfg, "prl sft")
     for source in cfg.eval.source if cfg.eval is not None else []:
         resolved[f"envs/eval/{source.name}"] = source
     paths = _prepare("sft", cfg, res, resolved)
@@ -357,19 +373,59 @@ def _refuse_shortcut_with_sources(res: Resolved) -> None:
 def cmd_inference(argv: list[str]) -> int:
     from prl.config.components import InferenceConfig
 
-    res = _resolve_or_help(InferenceConfig, argv, "prl inference")
+    # --dry-run is the command's own flag (InferenceConfig is also a sub-config of rl/sft,
+    # whose children must always serve): with [slurm] it renders the job, else it validates.
+    dry_run = "--dry-run" in argv
+    res = _resolve_or_help(InferenceConfig, [a for a in argv if a != "--dry-run"], "prl inference")
     if res is None:
         return 0
     cfg = res.config
     check_models(models_of(cfg, res.merged))
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
+    if cfg.slurm is not None:
+        return _submit_inference(cfg, res, argv, dry_run)
+    if dry_run:
+        print("Dry run complete: the config is valid. Remove --dry-run to serve.")
+        return 0
     if (cfg.server.engines or 1) > 1:
         from prl.engines import serve_engines
 
         return serve_engines(cfg, cfg.server.engines)
     cfg.backend.build(inference=cfg).serve()
     return 0
+
+
+def _submit_inference(cfg, res: Resolved, argv: list[str], dry_run: bool) -> int:
+    """``prl inference`` with ``[slurm]``: the server as a SLURM job of its own, through the
+    slurm launcher (which submits, prints where the server is reached and follows the job).
+    The job serves ``resolved/inference.json``: ``slurm`` cleared (the job serves instead of
+    submitting again) and a loopback host widened to every interface, so clients off the
+    node reach it."""
+    from prl.plugins import LAUNCHERS
+    from prl.rl_launch import child_env, inference_process
+    from prl.runs import has_artifacts
+    from prl.serving import is_loopback
+
+    launcher_cls = _plugin(LAUNCHERS, "slurm")
+    if cfg.run.name is None:
+        cfg.run.name = generate_name(["inference"], cfg.model.name)
+    run_dir = run_dir_of(cfg.output_dir, cfg.run.name, cfg.run.dir)
+    if has_artifacts(run_dir):
+        raise ConfigError(f"--run.name: {run_dir} already holds an earlier run; choose another --run.name")
+    child = cfg.model_copy(deep=True, update={"slurm": None})
+    if is_loopback(child.server.host):
+        child.server.host = "0.0.0.0"
+    res.parsed_argv = argv
+    paths = _prepare("inference", cfg, res, {"inference": child})
+    common = child_env(cfg, paths.run_dir, paths.config_dir, paths.log_dir)
+    spec = inference_process(child, paths.resolved_dir, paths.log_dir, common)
+    spec.service = False  # the job's only process: it serves until the job is cancelled
+    launcher = launcher_cls(launcher_cls.Config(), paths.run_dir, root=cfg)
+    if dry_run:
+        launcher.dry_run([spec])
+        return _dry_run_done(paths)
+    return launcher.launch([spec])
 
 
 def cmd_orchestrator(argv: list[str]) -> int:

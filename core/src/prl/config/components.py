@@ -24,6 +24,7 @@ from prl.config.sections import (
     RunConfig,
     SamplingConfig,
     SchedulerConfig,
+    SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
     _default_plugin,
@@ -463,6 +464,10 @@ class InferenceConfig(PrlModel):
     """Run identity."""
     env_vars: EnvVars = {}
     """Environment variables set in this component's process (over the top-level env_vars)."""
+    slurm: SlurmConfig | None = None
+    """Run ``prl inference`` as a SLURM job of its own (optional; --dry-run renders it only).
+    Under ``prl rl`` it is filled from the run's ``[slurm]``, and the server runs inside the
+    run's job instead (docs/slurm.md)."""
 
     @classmethod
     def passthrough_sections(cls) -> list[str]:

@@ -43,6 +43,9 @@ _LEAVES: list[tuple[str, list[str]]] = [
 ]
 _CKPT_FIELDS = ("output_dir", "interval", "keep_last", "keep_interval")
 _COPIED_OVER = {"resume": ["trainer", "orchestrator"], "weight_broadcast": ["trainer", "orchestrator"]}
+# Shared sections that reach other sub-configs than trainer and orchestrator. [slurm] only
+# fills inference.slurm where set: a null shared value propagates nothing.
+_SECTION_TARGETS = {"slurm": ("inference",)}
 
 
 def _get(data: dict, path: str) -> Any:
@@ -82,6 +85,8 @@ def _section_components(shared: str) -> tuple[str, ...]:
     """Which sub-configs a shared section reaches: both, except a monitor whose class names
     fewer in ``rl_components`` (prime: the orchestrator only)."""
     both = ("trainer", "orchestrator")
+    if shared in _SECTION_TARGETS:
+        return _SECTION_TARGETS[shared]
     if not shared.startswith("monitors."):
         return both
     from prl.plugins import get_registry
@@ -135,10 +140,12 @@ def propagate_shared(raw: dict) -> dict:
 
 def _propagate_sections(data: dict, conflicts: list[str]) -> None:
     """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
-    trainer and orchestrator, then fill their fields."""
+    trainer and orchestrator, then fill their fields; ``[slurm]`` does so in inference."""
     sections: list[tuple[str, tuple[str, ...] | None]] = []
     if "ckpt" in data:
         sections.append(("ckpt", _CKPT_FIELDS))
+    if isinstance(data.get("slurm"), dict):
+        sections.append(("slurm", None))
     monitors = data.get("monitors")
     for key in monitors if isinstance(monitors, dict) else {}:
         sections.append((f"monitors.{key}", None))

@@ -21,6 +21,7 @@ from prl.config.components import (
 from prl.config.errors import ConfigError
 from prl.config.monitors import MonitorsSection, check_run_wide
 from prl.config.propagate import propagate_shared
+from prl.config.replay import check_sampling_replay
 from prl.config.sections import (
     CkptConfig,
     ClientConfig,
@@ -37,6 +38,7 @@ from prl.config.sections import (
     RunConfig,
     SchedulerConfig,
     SFTLossConfig,
+    SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
     _default_plugin,
@@ -50,36 +52,6 @@ SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
 
 
 _LAUNCHERS = PluginConfig["launchers"]
-
-
-class SlurmConfig(PrlModel):
-    """SLURM submission settings (``--slurm`` turns them on with these defaults)."""
-
-    job_name: str | None = None
-    """Job name (--job-name); None uses the run name."""
-    partition: str | None = None
-    """Partition (--partition)."""
-    account: str | None = None
-    """Account (--account)."""
-    qos: str | None = None
-    """Quality of service (--qos)."""
-    time: str = "24:00:00"
-    """Wall-clock limit (--time)."""
-    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
-    """GPUs to request per node (--gpus-per-node); None requests none (a CPU job) unless
-    [deployment] gpus_per_node is set."""
-    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
-    """CPUs per node task (--cpus-per-task)."""
-    mem: str | None = None
-    """Memory per node (--mem), e.g. "64G"; "0" asks for all of it."""
-    extra_directives: list[str] = []
-    """Extra #SBATCH lines, written as given after "#SBATCH ", e.g. "--exclusive"."""
-    setup: list[str] = []
-    """Shell lines run before prl in the job (module loads, venv activation)."""
-    template: Path | None = None
-    """A Jinja2 sbatch template replacing the built-in one (docs/slurm.md lists its variables)."""
-    detach: bool = False
-    """Return once the job is submitted instead of waiting for it and streaming its status."""
 
 
 def _reference_deployment(data: dict) -> dict:
@@ -201,6 +173,7 @@ class RLConfig(CommonRunFields):
                 f"trainer.num_workers ({t.num_workers})"
             )
         _check_lora(self)
+        check_sampling_replay(self)
         return self
 
 

@@ -17,6 +17,12 @@ from prl.types import Generation, Sampling
 class InferenceBackendConfig(PluginConfigBase):
     """Base of ``[inference.backend]`` variants."""
 
+    returns_sampling_masks: ClassVar[bool] = False
+    """True when ``/inference/v1/generate`` returns, for truncated sampling (top_p < 1 or
+    top_k), each token's kept ids and their logprobs (``sampling_mask``,
+    ``sampling_mask_logprobs``); a loss that reads them is refused at config time with a
+    backend that does not."""
+
     has_section: ClassVar[bool] = False
     """True when the backend also reads ``[inference.<type>]``: its engine's own argument
     names, as the reference spells them (``[inference.vllm] max_num_seqs = 256``)."""

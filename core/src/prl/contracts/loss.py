@@ -20,6 +20,14 @@ class LossConfig(PluginConfigBase):
         """The loss this config selects."""
         return super().build()
 
+    def sampling_mask_field(self) -> str | None:
+        """The name of the field (under ``[trainer.loss]``) that makes this loss read the
+        sampling-mask logprobs (``LossInputs.trainer_mask_logprobs`` /
+        ``inference_mask_logprobs``), or None when it does not need them. ``prl rl`` then
+        requires truncated train sampling from a backend that returns sampling masks, and
+        names this field when it refuses a config. Default: None."""
+        return None
+
 
 @dataclass
 class LossInputs:

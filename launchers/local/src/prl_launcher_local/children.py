@@ -11,15 +11,14 @@ from __future__ import annotations
 import collections
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 from prl.contracts.launcher import ProcessSpec
+from prl.procs import stop_processes
 
 # Step lines, and the stall watchdog's reports ("watchdog: ...", "waiting for ..."): a
 # stalled run must say on the console what it waits on, not only in a log file.
@@ -73,12 +72,16 @@ class Child:
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def signal(self, sig: int) -> None:
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the child's whole process group (its own children too)."""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 pass
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return None if self.proc is None else self.proc.wait(timeout)
 
     def join(self, timeout: float = 5.0) -> None:
         if self._thread is not None:
@@ -129,18 +132,12 @@ def exit_code(code: int) -> int:
 
 
 def stop_all(children: list[Child], grace: float) -> None:
-    """SIGTERM every running child (last started first), SIGKILL what is left after ``grace``."""
-    for child in reversed(children):
-        child.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for child in children:
-        while child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-    for child in children:
-        if child.poll() is None:
-            print(f"prl: {child.name} did not stop within {grace:g}s of SIGTERM; killing it", file=sys.stderr)
-            child.signal(signal.SIGKILL)
-            if child.proc is not None:
-                child.proc.wait(5)
+    """SIGTERM every running child (last started first), SIGKILL what is left after ``grace``
+    (saying so), then close their logs."""
+
+    def said(child: Child) -> None:
+        print(f"prl: {child.name} did not stop within {grace:g}s of SIGTERM; killing it", file=sys.stderr)
+
+    stop_processes(children, grace, on_kill=said)
     for child in children:
         child.join()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prl.config.errors import HostError
@@ -35,6 +36,7 @@ ENDED = {
     "DEADLINE",
 }
 POLL_S = 1.0
+Announce = Callable[[str], "str | None"]
 
 
 def submit(script: Path) -> str:
@@ -125,8 +127,10 @@ class LogFollower:
                 print(prefix + text, flush=True)
 
 
-def watch(job_id: str, log_path: Path, poll_s: float = POLL_S) -> int:
-    """Follow the job to its end (see the module docstring); its exit code."""
+def watch(job_id: str, log_path: Path, poll_s: float = POLL_S, announce: Announce | None = None) -> int:
+    """Follow the job to its end (see the module docstring); its exit code. ``announce``,
+    called with the job's node list while it runs, returns a line to print once (a server
+    job's address, when it serves) or None to be asked again."""
     follower = LogFollower(log_path)
     caught: list[int] = []
     restore = _catch_signals(caught)
@@ -140,6 +144,11 @@ def watch(job_id: str, log_path: Path, poll_s: float = POLL_S) -> int:
             if st == "RUNNING" and not said_running:
                 said_running = True
                 print(f"prl: SLURM job {job_id} is running on {nodes}", flush=True)
+            if st == "RUNNING" and announce is not None:
+                line = announce(nodes)
+                if line is not None:
+                    print(line, flush=True)
+                    announce = None
             if st in ENDED or st == "UNKNOWN":
                 time.sleep(0.5)  # the last lines reach the shared log a moment later
                 follower.poll()

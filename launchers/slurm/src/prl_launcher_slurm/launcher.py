@@ -1,11 +1,13 @@
 """SLURM launcher: a run becomes one sbatch job, on one node or across several.
 
 ``[deployment] type = "slurm"`` (or ``--slurm``, or the reference's ``single_node`` with
-``[slurm]`` and ``multi_node``) selects it. The submitting command renders the job
-(:mod:`prl_launcher_slurm.script`), submits it with ``sbatch``, records the job id in the
-run directory and follows the job until it ends (:mod:`prl_launcher_slurm.job`), or returns
-at once with ``[slurm] detach``. Inside the job every node runs its part of the plan under
-prl's local supervisor (:mod:`prl_launcher_slurm.node`).
+``[slurm]`` and ``multi_node``) selects it; ``prl inference --slurm`` uses it to run an
+inference server as a job of its own (:mod:`prl_launcher_slurm.server`). The submitting
+command renders the job (:mod:`prl_launcher_slurm.script`), submits it with ``sbatch``,
+records the job id in the run directory and follows the job until it ends
+(:mod:`prl_launcher_slurm.job`), or returns at once with ``[slurm] detach``. Inside the
+job every node runs its part of the plan under prl's local supervisor
+(:mod:`prl_launcher_slurm.node`).
 
 Layouts:
 
@@ -40,6 +42,7 @@ from prl_launcher_slurm.script import (
     write_engines,
     write_plan,
 )
+from prl_launcher_slurm.server import ServerAddress, with_api_key
 
 
 class SlurmLauncher(Launcher):
@@ -101,10 +104,15 @@ class SlurmLauncher(Launcher):
         log_path = job.log_path(job_id)
         self._record(job_id, log_path)
         print(f"prl: submitted SLURM job {job_id} ({job.nodes} node(s)); job log: {log_path}", flush=True)
+        # A server job says where clients reach it once it serves (prl_launcher_slurm.server).
+        ready = processes[0].ready_file if job.entry == "inference" else None
         if self.root is not None and self.root.slurm is not None and self.root.slurm.detach:
             print(f"prl: detached; follow it with: squeue -j {job_id}; cancel it with: scancel {job_id}")
+            if ready is not None:
+                print(f"prl: once it serves, {ready} holds the port it listens on")
             return 0
-        return slurm_job.watch(job_id, log_path)
+        announce = ServerAddress(job_id, ready, job.script.parent) if ready is not None else None
+        return slurm_job.watch(job_id, log_path, announce=announce)
 
     # ---- internals ----------------------------------------------------------------------
     def _render(self, processes: list[ProcessSpec]) -> Job:
@@ -121,6 +129,8 @@ class SlurmLauncher(Launcher):
             template_values(self.config, self.root, job, config_dir.name.removeprefix("attempt_")),
         )
         job.log_dir.mkdir(parents=True, exist_ok=True)
+        if entry == "inference":
+            processes = with_api_key(processes, self.root, out)
         engines = write_engines(self.config, self.root, config_dir)
         write_plan(job.plan, self.config, self.root, processes, log_dir, engines)
         job.script.write_text(text)

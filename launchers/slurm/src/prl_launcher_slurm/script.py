@@ -51,7 +51,8 @@ class Job:
 
 
 def entry_of(root: Any) -> str:
-    """``rl`` for an RLConfig, ``sft`` for an SFTConfig (names the script and rl.json)."""
+    """``rl`` for an RLConfig, ``sft`` for an SFTConfig, ``inference`` for an InferenceConfig
+    (names the script and rl.json)."""
     return type(root).__name__.removesuffix("Config").lower() if root is not None else "run"
 
 
@@ -127,6 +128,7 @@ def write_engines(config: Any, root: Any, config_dir: Path) -> list[dict]:
         port = inference.server.backend_port + k
         engine.server.host, engine.server.port = "0.0.0.0", port
         engine.server.engines, engine.server.ready_file = 1, None
+        engine.slurm = None  # served inside this job, not submitted as one of its own
         if hasattr(engine.backend, "ready_file"):
             engine.backend.ready_file = None
         path = config_dir / "resolved" / "inference" / f"node_{k}.json"
@@ -166,17 +168,17 @@ def write_plan(
         },
         "processes": [_spec_json(p) for p in processes],
         "infer_engines": list(engines),
-        "api_key": _engine_key(root) if engines else None,
+        "api_key": engine_key(root.inference) if engines else None,
     }
     path.write_text(json.dumps(plan, indent=2) + "\n")
     path.chmod(0o600)  # it may hold the engines' generated API key
 
 
-def _engine_key(root: Any) -> str | None:
-    """Engines bound beyond loopback need an API key for their admin routes: the user's
-    (server.api_key / $PRL_API_KEY) if set, else one made for this job, which inference and
-    orchestrator get as $PRL_API_KEY."""
-    if root.inference.server.api_key or os.environ.get("PRL_API_KEY"):
+def engine_key(inference: Any) -> str | None:
+    """Engines bound beyond loopback need an API key for their admin routes: None when the
+    user gave one (``inference.server.api_key`` / $PRL_API_KEY), else one made for this job,
+    which its processes get as $PRL_API_KEY."""
+    if inference.server.api_key or os.environ.get("PRL_API_KEY"):
         return None
     import secrets
 
@@ -211,11 +213,12 @@ def template_values(config: Any, root: Any, job: Job, attempt: str) -> dict[str,
     slurm = getattr(root, "slurm", None)
     run_name = getattr(getattr(root, "run", None), "name", None) or "prl"
     gpus = slurm.gpus_per_node if slurm is not None and slurm.gpus_per_node is not None else config.gpus_per_node
-    layout = (
-        f"{config.num_infer_nodes} inference node(s) + {config.num_train_nodes} trainer node(s)"
-        if config.num_train_nodes
-        else f"single node, {config.num_infer_gpus} inference GPU(s) + {config.num_train_gpus} trainer GPU(s)"
-    )
+    if job.entry == "inference":
+        layout = f"the inference server alone on one node, {gpus or 0} GPU(s)"
+    elif config.num_train_nodes:
+        layout = f"{config.num_infer_nodes} inference node(s) + {config.num_train_nodes} trainer node(s)"
+    else:
+        layout = f"single node, {config.num_infer_gpus} inference GPU(s) + {config.num_train_gpus} trainer GPU(s)"
     return {
         "entry": job.entry,
         "run_name": run_name,

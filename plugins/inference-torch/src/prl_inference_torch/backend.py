@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,6 +25,8 @@ log = logging.getLogger("prl_inference_torch")
 
 class TorchInferenceConfig(InferenceBackendConfig):
     """Embedded inference on transformers with continuous batching (CPU or CUDA)."""
+
+    returns_sampling_masks: ClassVar[bool] = True
 
     type: Literal["torch"] = "torch"
     """Selects this backend."""
@@ -42,6 +44,10 @@ class TorchInferenceConfig(InferenceBackendConfig):
     """CPU threads for torch; None keeps torch's default."""
     ready_file: Path | None = None
     """Write the bound base URL (http://host:port) here once serving; $PRL_READY_FILE when unset."""
+    mask_top_k: Annotated[int, Field(ge=1)] | None = 256
+    """top_k injected into /inference/v1/generate requests that truncate with top_p alone, so
+    each token's sampling mask (shipped to the trainer) holds at most this many ids; None
+    injects none (a flat distribution then keeps most of the vocabulary per token)."""
 
 
 class TorchBackend(InferenceBackend):

@@ -49,6 +49,8 @@ class GenParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    sampling_mask: bool = True  # record each truncated token's kept ids
+    mask_cap: int = 0  # keep at most this many ids of the top_p nucleus (0: no cap)
 
 
 @dataclass
@@ -87,7 +89,13 @@ class Request:
         self.prompt_logprobs: list[dict[int, tuple[float, int]] | None] | None = None
         self.version: int | None = None
         self.completions = [
-            Completion(i, RowSampling(params.temperature, params.top_p, params.top_k, None)) for i in range(params.n)
+            Completion(
+                i,
+                RowSampling(
+                    params.temperature, params.top_p, params.top_k, None, params.sampling_mask, params.mask_cap
+                ),
+            )
+            for i in range(params.n)
         ]
 
     def seed_rows(self, device: torch.device) -> None:
@@ -135,6 +143,8 @@ class Engine:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.paused = False
         self.tokens_generated = 0
+        self.mask_tokens = 0  # sampled tokens reported with a sampling mask
+        self.mask_bounded = 0  # of those, masks cut by the injected top_k bound (mask_top_k)
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
         self._admin: deque[_Admin] = deque()
@@ -343,6 +353,9 @@ class Engine:
             if s.kept is not None and s.kept[i] is not None:
                 comp.sampling_mask.append(s.kept[i])
                 comp.sampling_mask_logprobs.append(s.kept_logprobs[i])
+                self.mask_tokens += 1
+                # the mask reached the cap: the nucleus was at least that large
+                self.mask_bounded += 0 < comp.sampling.cap == len(s.kept[i])
             if req.params.logprobs:
                 k = req.params.logprobs
                 comp.top.append(list(zip(top_ids[i][:k], top_lps[i][:k], strict=False)))

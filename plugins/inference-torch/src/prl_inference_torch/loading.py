@@ -91,4 +91,5 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         api_key=api_key,
         chat_template=template,
         limits=cfg.server.limits,
+        mask_top_k=b.mask_top_k,
     )

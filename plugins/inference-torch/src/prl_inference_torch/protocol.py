@@ -55,9 +55,19 @@ class GenerateRequest(OpenModel):
 
 
 def gen_params(
-    fields: SamplingFields, prompt_len: int, max_model_len: int, *, logprobs: int | None, max_tokens: int | None = None
+    fields: SamplingFields,
+    prompt_len: int,
+    max_model_len: int,
+    *,
+    logprobs: int | None,
+    max_tokens: int | None = None,
+    sampling_mask: bool = False,
+    mask_top_k: int | None = None,
 ) -> GenParams:
-    """Check sampling fields against the context and turn them into engine parameters."""
+    """Check sampling fields against the context and turn them into engine parameters.
+    ``sampling_mask``: the response reports each token's kept ids (generate); then a request
+    truncating with top_p alone keeps at most ``mask_top_k`` ids of its nucleus (the
+    default top_k bound, applied after top_p so a nucleus within it is sampled unchanged)."""
     temperature = 1.0 if fields.temperature is None else fields.temperature
     top_p = 1.0 if fields.top_p is None else fields.top_p
     top_k = fields.top_k or 0
@@ -83,11 +93,15 @@ def gen_params(
             f"max_tokens ({want}) + prompt ({prompt_len} tokens) exceeds the context (max_model_len {max_model_len})"
         )
     stop = [fields.stop] if isinstance(fields.stop, str) else list(fields.stop or [])
+    top_k = max(top_k, 0)
+    cap = mask_top_k if sampling_mask and mask_top_k and top_p < 1.0 and top_k == 0 else 0
     return GenParams(
         max_tokens=want or room,
         temperature=temperature,
         top_p=top_p,
-        top_k=max(top_k, 0),
+        top_k=top_k,
+        sampling_mask=sampling_mask,
+        mask_cap=cap,
         seed=fields.seed,
         n=fields.n,
         stop=[s for s in stop if s],

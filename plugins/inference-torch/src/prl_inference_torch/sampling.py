@@ -14,6 +14,8 @@ For a row whose top-k / top-p truncation is active, ``kept`` lists the token ids
 have sampled (the "sampling mask" of ``docs/algorithms.md``) so the trainer can renormalise its
 logprobs over the same set, and ``kept_logprobs`` their untruncated logprobs (the trainer
 renormalises those too, for the sampled token's ratio and IPO's score centering).
+A row's ``cap`` (the server's ``mask_top_k`` on generate requests with top_p alone) keeps
+only the cap most likely ids of its nucleus, so those lists stay short.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class RowSampling:
     top_p: float
     top_k: int  # 0: off
     generator: torch.Generator | None
+    masks: bool = True  # report the kept ids of a truncated row (Sampled.kept)
+    cap: int = 0  # keep at most this many of the top_p nucleus's most likely ids (0: all)
 
 
 @dataclass
@@ -65,7 +69,8 @@ def sample(logits: torch.Tensor, rows: list[RowSampling], generator: torch.Gener
     if filtered is not logp:
         kept, kept_lp = [], []
         for i, r in enumerate(rows):
-            ids = (filtered[i] > float("-inf")).nonzero()[:, 0] if _truncates(r) and not bool(greedy[i]) else None
+            wanted = r.masks and _truncates(r) and not bool(greedy[i])
+            ids = (filtered[i] > float("-inf")).nonzero()[:, 0] if wanted else None
             kept.append(ids.tolist() if ids is not None else None)
             # the untruncated logprobs of the kept ids: the trainer renormalises them (replay)
             kept_lp.append(logp[i, ids].tolist() if ids is not None else None)
@@ -77,11 +82,25 @@ def _truncates(row: RowSampling) -> bool:
 
 
 def _truncate(logp: torch.Tensor, rows: list[RowSampling]) -> torch.Tensor:
-    """Set tokens outside each row's top-k / top-p set to -inf (the argmax always stays)."""
+    """Set tokens outside each row's top-k / top-p set to -inf (the argmax always stays),
+    then, where a row has a ``cap``, all but the cap most likely ids left."""
     ks = [r.top_k for r in rows]
     ps = [r.top_p for r in rows]
     if not any(ks) and all(p >= 1.0 for p in ps):
         return logp
+    out = _top_k_top_p(logp, ks, ps)
+    caps = [r.cap for r in rows]
+    if any(caps):
+        # The nucleus is a prefix of the sorted order, so this keeps its first `cap` ids:
+        # a nucleus within the cap is sampled exactly as without it.
+        vocab = logp.shape[-1]
+        c = torch.tensor([k if 0 < k < vocab else vocab for k in caps], device=logp.device)
+        kth = out.topk(int(c.max()), dim=-1).values.gather(1, (c - 1)[:, None])
+        out = out.masked_fill(out < kth, float("-inf"))
+    return out
+
+
+def _top_k_top_p(logp: torch.Tensor, ks: list[int], ps: list[float]) -> torch.Tensor:
     out = logp.clone()
     vocab = logp.shape[-1]
     if any(ks):

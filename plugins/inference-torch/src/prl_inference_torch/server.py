@@ -65,6 +65,7 @@ class ServerState:
     broadcast: Any = None  # prl_weights_nccl.group.BackgroundJoin once /init_broadcaster ran
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
+    mask_top_k: int | None = None  # top_k injected into generate requests with top_p alone
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -138,6 +139,8 @@ def build_app(state: ServerState) -> FastAPI:
         e = state.engine
         lines = [
             f"prl_generation_tokens_total {e.tokens_generated}",
+            f"prl_sampling_mask_tokens_total {e.mask_tokens}",
+            f"prl_sampling_mask_bounded_total {e.mask_bounded}",
             f"prl_requests_running {e.running}",
             f"prl_requests_waiting {e.waiting}",
             f"prl_tokens_in_flight {state.budget.in_flight}",
@@ -155,7 +158,15 @@ def build_app(state: ServerState) -> FastAPI:
         check_request(state.limits, n=sp.n, prompt_lens=[len(body.token_ids)], max_tokens=sp.max_tokens)
         check_token_ids(body.token_ids, state.vocab_size)
         want = default_max_tokens(state.limits, sp.max_tokens, len(body.token_ids), state.max_model_len)
-        params = gen_params(sp, len(body.token_ids), state.max_model_len, logprobs=sp.logprobs, max_tokens=want)
+        params = gen_params(
+            sp,
+            len(body.token_ids),
+            state.max_model_len,
+            logprobs=sp.logprobs,
+            max_tokens=want,
+            sampling_mask=True,
+            mask_top_k=state.mask_top_k,
+        )
         req = EngineRequest(body.token_ids, params, adapter)
         async with state.budget.hold(_tokens(req)):
             await _run_request(state, req, request)

@@ -3,7 +3,8 @@
 Each task asks the proposer for an expression with at most ``max_ops`` operators over
 integers 0..``max_number`` using ``+ - *`` (the target difficulty varies per task). The
 expression is the proposer's answer text; prl evaluates it exactly (own parser, no eval).
-Then ``num_solvers`` independent solver conversations are asked for its value.
+Then ``num_solvers`` independent solver conversations are asked for its value (in a seeded
+run each with its own seed, see ``solver_sampling``).
 
 Rewards (agent ids: ``proposer``, ``solver/0`` … ``solver/<n-1>``; the role is the part
 before ``/``):
@@ -22,6 +23,7 @@ import asyncio
 import random
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -57,6 +59,20 @@ def evaluate(expr: str, max_number: int, max_ops: int) -> tuple[int, int] | None
         else:
             terms.append(n if op == "+" else -n)
     return sum(terms), len(ops)
+
+
+SOLVER_SEED_STRIDE = 0x9E3779B1
+"""Seed distance between an episode's solvers: odd and below 2**32, since samplers seed 32-bit
+generators (torch's CPU generator keeps only a seed's low 32 bits)."""
+
+
+def solver_sampling(sampling: Sampling, index: int) -> Sampling:
+    """Solver ``index``'s sampling. A seeded run (``orchestrator.deterministic``) gives one seed
+    per episode; the solvers share one prompt, so with that one seed they would all write the
+    same reply, never disagree, and leave every per-problem baseline with nothing to compare."""
+    if sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=(sampling.seed + (index + 1) * SOLVER_SEED_STRIDE) % 2**63)
 
 
 class ProposerSolver(Taskset):
@@ -120,7 +136,8 @@ class ProposerSolver(Taskset):
                 {"role": "user", "content": problem},
             ]
             solvers = [Conversation(renderer, ask, agent=f"solver/{i}") for i in range(c.num_solvers)]
-            replies = await asyncio.gather(*(s.sample(client, sampling) for s in solvers))
+            samples = (s.sample(client, solver_sampling(sampling, i)) for i, s in enumerate(solvers))
+            replies = await asyncio.gather(*samples)
             for solver, reply in zip(solvers, replies, strict=False):
                 rewards[solver.agent] = float(last_int(reply) == value)
         solve_rate = sum(rewards.values()) / len(rewards) if rewards else 0.0

@@ -58,10 +58,12 @@ def document_bounds(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     pos = position_ids.reshape(-1)
     starts = torch.nonzero(pos[1:] == 0).flatten() + 1
     bounds = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), pos.numel())])
-    # The number of documents and the longest one change every batch: after one
-    # recompile torch.compile treats both as dynamic, and marking the tensor saves that one.
-    torch._dynamo.maybe_mark_dynamic(bounds, 0)
-    return bounds.to(torch.int32), int((bounds[1:] - bounds[:-1]).max())
+    cu = bounds.to(torch.int32)
+    # The number of documents changes from row to row. The mark goes on the tensor the
+    # layers receive: marking ``bounds`` before the cast was lost with the copy, so the
+    # count stayed static until a row with a new count forced a recompile.
+    torch._dynamo.maybe_mark_dynamic(cu, 0)
+    return cu, int((bounds[1:] - bounds[:-1]).max())
 
 
 def _call_kwargs(params: set[str], scaling: float | None, head_dim: int, gqa: bool) -> dict:

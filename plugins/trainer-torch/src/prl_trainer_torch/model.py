@@ -133,8 +133,13 @@ def decoder_layers(hf: nn.Module) -> list[nn.Module]:
 def compile_default(device: torch.device) -> bool:
     """Compile decoder layers and the log-prob chunk kernels on GPU unless
     PRL_TRAINER_COMPILE=0 (kernel fusion cuts the thousands of small elementwise launches
-    of an eager transformer step, and the passes over chunk x vocabulary logits)."""
-    return device.type == "cuda" and os.environ.get("PRL_TRAINER_COMPILE", "1") != "0"
+    of an eager transformer step, and the passes over chunk x vocabulary logits).
+    PRL_TRAINER_COMPILE=1 compiles on CPU too (slow to start; for checking compile
+    behaviour, such as recompiles, without a GPU)."""
+    flag = os.environ.get("PRL_TRAINER_COMPILE")
+    if flag in ("0", "1"):
+        return flag == "1"
+    return device.type == "cuda"
 
 
 def parallelize(
@@ -153,7 +158,11 @@ def parallelize(
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if compile if compile is not None else compile_default(dist.device):
         for layer in decoder_layers(hf):
-            layer.compile()
+            # Dynamic from the first compile: a row's length, its document count and its
+            # longest document change every row. Compiled static, each recompiles the
+            # first time it changes, which can be many steps in (a later row with a new
+            # document count); traced symbolic, one compile serves every row.
+            layer.compile(dynamic=True)
         compile_chunks()
     policy = PolicyModel(hf, chunk_size)
     if dist.world > 1:

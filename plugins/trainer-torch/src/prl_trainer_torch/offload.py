@@ -3,11 +3,12 @@ host memory, so a GPU holds little more than the bf16 weights and the activation
 
 Two modes (``model.optim_cpu_offload``, ``model.full_offload``):
 
-* ``CPUStateAdamW``: AdamW whose moments live on ``state_device`` (the CPU). At
-  ``step()`` each parameter's gradient is copied to the host, the decoupled-weight-decay
-  Adam update is applied there to an fp32 copy of the parameter, and the result is copied
-  back into the parameter. The GPU keeps weights and gradients; the 8 bytes per parameter of
-  optimizer state (2x the bf16 weights, 4x in fp32) move to the host.
+* ``CPUStateAdamW``: AdamW whose moments live on ``state_device`` (the CPU, pinned). At
+  ``step()`` the moments stream to the GPU a bucket at a time, the decoupled-weight-decay
+  Adam update runs there in fp32, and the moments stream back, overlapping the next bucket's
+  copy. The GPU keeps weights and gradients; the 8 bytes per parameter of optimizer state
+  (2x the bf16 weights, 4x in fp32) live on the host and only one or two buckets of them
+  are on the GPU at a time.
 * ``FullOffload``: gradients, fp32 master weights and optimizer state all on the host. A
   post-accumulate-grad hook on every parameter moves its gradient into a host fp32
   accumulator and frees the device gradient as soon as autograd has produced it, so no full
@@ -33,11 +34,13 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import nullcontext as _nullcontext
 
 import torch
 
 log = logging.getLogger("prl.trainer")
 EPS = 1e-8
+BUCKET_NUMEL = 1 << 26  # 64M elements: a bucket's two fp32 moments take 512 MiB on the device
 _WARNED: set[str] = set()
 
 
@@ -94,26 +97,98 @@ def _moments(state, like: torch.Tensor) -> None:
 
 
 class CPUStateAdamW(_HostState):
-    """AdamW with its moments on ``state_device``; weights and gradients stay where they are."""
+    """AdamW with its moments on ``state_device`` (pinned host memory when the parameters are on
+    a GPU); weights and gradients stay where they are.
+
+    ``step()`` works a bucket of parameters (``BUCKET_NUMEL`` elements) at a time: the bucket's
+    moments are copied to the parameters' device on a side stream, updated there next to the
+    weights and gradients, and copied back, while the next bucket's moments are already on their
+    way in. Updating on the host instead would need every gradient and weight to cross the bus
+    and a few host cores to do the arithmetic of the whole model (measured 6x slower per 0.6B
+    step on an H200 host: benchmarks/offload.py).
+    """
 
     def __init__(self, params, lr: float, betas=(0.9, 0.999), weight_decay: float = 0.0, state_device="cpu"):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay, "eps": EPS})
         self.state_device = torch.device(state_device)
+        self._stream = None
 
-    @torch.no_grad()
-    def step(self, closure=None):
+    def _buckets(self):
+        """(parameter, group) pairs with gradients, in buckets of at most BUCKET_NUMEL elements."""
+        bucket, size = [], 0
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                local = _local(p)
-                # blocking device-to-host copies: the host reads them right away
-                master = local.detach().to(self.state_device, torch.float32)
-                grad = _local(p.grad).to(self.state_device, torch.float32)
-                state = self.state[p]
-                _moments(state, master)
-                _update("adamw", master, grad, state, group)
-                local.copy_(master, non_blocking=True)
+                n = _local(p).numel()
+                if bucket and size + n > BUCKET_NUMEL:
+                    yield bucket
+                    bucket, size = [], 0
+                bucket.append((p, group))
+                size += n
+        if bucket:
+            yield bucket
+
+    def _fetch(self, bucket, dev: torch.device):
+        """Start copying ``bucket``'s moments to ``dev``: (device moments, event they are ready at)."""
+        moments = []
+        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+            for p, _ in bucket:
+                st = self.state[p]
+                if "step" not in st:
+                    pin = dev.type == "cuda"
+                    st["step"] = 0
+                    for k in ("exp_avg", "exp_avg_sq"):
+                        st[k] = torch.zeros(
+                            _local(p).shape, dtype=torch.float32, device=self.state_device, pin_memory=pin
+                        )
+                elif dev.type == "cuda" and not st["exp_avg"].is_pinned():  # loaded from a checkpoint
+                    st["exp_avg"], st["exp_avg_sq"] = st["exp_avg"].pin_memory(), st["exp_avg_sq"].pin_memory()
+                moments.append(tuple(st[k].to(dev, non_blocking=True) for k in ("exp_avg", "exp_avg_sq")))
+            ready = self._stream.record_event() if self._stream is not None else None
+        return moments, ready
+
+    def _write_back(self, bucket, moments) -> None:
+        """Copy the updated moments back to the host once the update that made them is done."""
+        done = torch.cuda.current_stream().record_event() if self._stream is not None else None
+        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+            if done is not None:
+                self._stream.wait_event(done)
+            for (p, _), pair in zip(bucket, moments, strict=True):
+                st = self.state[p]
+                for k, dev_t in zip(("exp_avg", "exp_avg_sq"), pair, strict=True):
+                    if dev_t is not st[k]:  # a host run updates the state tensors themselves
+                        st[k].copy_(dev_t, non_blocking=True)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        buckets = list(self._buckets())
+        if not buckets:
+            return None
+        dev = _local(buckets[0][0][0]).device
+        if dev.type == "cuda" and self._stream is None:
+            self._stream = torch.cuda.Stream(dev)
+        pending = self._fetch(buckets[0], dev)
+        for i, bucket in enumerate(buckets):
+            moments, ready = pending
+            if i + 1 < len(buckets):
+                pending = self._fetch(buckets[i + 1], dev)
+            if ready is not None:
+                torch.cuda.current_stream().wait_event(ready)
+            for (p, group), (m, v) in zip(bucket, moments, strict=True):
+                if ready is not None:  # made on the side stream, used and freed on this one
+                    m.record_stream(torch.cuda.current_stream())
+                    v.record_stream(torch.cuda.current_stream())
+                local, st = _local(p).detach(), self.state[p]
+                master = local.float()  # fp32 arithmetic; the same tensor when p is fp32
+                work = {"step": st["step"], "exp_avg": m, "exp_avg_sq": v}
+                _update("adamw", master, _local(p.grad).float(), work, group)
+                st["step"] = work["step"]
+                if master is not local:
+                    local.copy_(master)
+            self._write_back(bucket, moments)
+        if self._stream is not None:
+            self._stream.synchronize()  # the host state is complete before anyone reads it
         return None
 
 
