@@ -89,11 +89,12 @@ class _HostState(torch.optim.Optimizer):
                 self.state[p].update(host[pid])
 
 
-def _moments(state, like: torch.Tensor) -> None:
+def _moments(state, like: torch.Tensor, device=None, pin: bool = False) -> None:
+    """Zero fp32 AdamW moments shaped like ``like`` (on ``device``, else beside it), once."""
     if "step" not in state:
         state["step"] = 0
-        state["exp_avg"] = torch.zeros_like(like)
-        state["exp_avg_sq"] = torch.zeros_like(like)
+        for k in ("exp_avg", "exp_avg_sq"):
+            state[k] = torch.zeros(like.shape, dtype=torch.float32, device=device or like.device, pin_memory=pin)
 
 
 class CPUStateAdamW(_HostState):
@@ -112,6 +113,20 @@ class CPUStateAdamW(_HostState):
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay, "eps": EPS})
         self.state_device = torch.device(state_device)
         self._stream = None
+
+    def _side(self):
+        """The side stream's context on a GPU run; nothing on a host run."""
+        return torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext()
+
+    def load_state_dict(self, state_dict) -> None:
+        """Loaded moments come back in host fp32; pin them once here (on a GPU run) so every
+        step's copies stay asynchronous, instead of checking each tensor at every step."""
+        super().load_state_dict(state_dict)
+        on_gpu = any(_local(p).is_cuda for group in self.param_groups for p in group["params"])
+        for st in self.state.values():
+            for k in ("exp_avg", "exp_avg_sq"):
+                if on_gpu and k in st:
+                    st[k] = st[k].pin_memory()
 
     def _buckets(self):
         """(parameter, group) pairs with gradients, in buckets of at most BUCKET_NUMEL elements."""
@@ -132,18 +147,10 @@ class CPUStateAdamW(_HostState):
     def _fetch(self, bucket, dev: torch.device):
         """Start copying ``bucket``'s moments to ``dev``: (device moments, event they are ready at)."""
         moments = []
-        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+        with self._side():
             for p, _ in bucket:
                 st = self.state[p]
-                if "step" not in st:
-                    pin = dev.type == "cuda"
-                    st["step"] = 0
-                    for k in ("exp_avg", "exp_avg_sq"):
-                        st[k] = torch.zeros(
-                            _local(p).shape, dtype=torch.float32, device=self.state_device, pin_memory=pin
-                        )
-                elif dev.type == "cuda" and not st["exp_avg"].is_pinned():  # loaded from a checkpoint
-                    st["exp_avg"], st["exp_avg_sq"] = st["exp_avg"].pin_memory(), st["exp_avg_sq"].pin_memory()
+                _moments(st, _local(p), self.state_device, pin=dev.type == "cuda")
                 moments.append(tuple(st[k].to(dev, non_blocking=True) for k in ("exp_avg", "exp_avg_sq")))
             ready = self._stream.record_event() if self._stream is not None else None
         return moments, ready
@@ -151,7 +158,7 @@ class CPUStateAdamW(_HostState):
     def _write_back(self, bucket, moments) -> None:
         """Copy the updated moments back to the host once the update that made them is done."""
         done = torch.cuda.current_stream().record_event() if self._stream is not None else None
-        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+        with self._side():
             if done is not None:
                 self._stream.wait_event(done)
             for (p, _), pair in zip(bucket, moments, strict=True):
