@@ -40,7 +40,9 @@ def _toml(tmp_path: Path) -> Path:
     from prl_model_init.build import make_model
 
     model = make_model(tmp_path / "model", preset="tiny")
-    watchdog = {"factor": 2, "min_stall_s": 4, "first_step_s": 120}
+    # first_step_s: the threshold until the watchdog has timed a step. Steps this small can
+    # all land between two of its ticks, so the first stall may come before any is timed.
+    watchdog = {"factor": 2, "min_stall_s": 4, "first_step_s": 30}
     # The env server in its own process, so that it can be stopped on its own.
     isolated = {"0": {"env": {"serve": {"isolate": True}}}}
     overrides = {"max_steps": STEPS, "orchestrator": {"watchdog": watchdog, "train": {"source": isolated}}}

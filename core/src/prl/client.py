@@ -83,6 +83,29 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
     )
 
 
+# A server closes a kept-alive connection once it has sat idle past the server's keep-alive
+# timeout. A request written into that connection just before (after the server was stopped
+# or busy for longer than that timeout, say) gets no answer: the socket is reset or closed
+# under it. Sending it again, on another connection, is what a browser does; the routes are
+# idempotent (pause, resume, loading a named version) or only cost a repeated generation.
+DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+DROPPED_RETRIES = 2
+
+
+async def post_retrying(http: httpx.AsyncClient, path: str, body: Any, retries: int) -> httpx.Response:
+    """``http.post(path, json=body)``, sent again up to ``retries`` times when the connection
+    is dropped before an answer (:data:`DROPPED`)."""
+    for attempt in range(retries + 1):
+        try:
+            return await http.post(path, json=body)
+        except DROPPED:
+            if attempt == retries:
+                raise
+            # let the server's closes of its other idle connections reach the pool first
+            await asyncio.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 class InferenceHTTPClient:
     """One server's routes over a shared ``httpx.AsyncClient``."""
 
@@ -118,11 +141,13 @@ class InferenceHTTPClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, path: str, body: dict[str, Any], retry: bool = True) -> dict[str, Any]:
+        """POST ``body``; a connection the server dropped before answering is retried
+        (``retry``, see :func:`post_retrying`)."""
         self.in_flight += 1
         started = time.monotonic()
         try:
-            resp = await self._http.post(path, json=body)
+            resp = await post_retrying(self._http, path, body, DROPPED_RETRIES if retry else 0)
         except httpx.HTTPError as exc:
             raise InferenceError(f"POST {self.base_url}{path} failed: {exc!r}") from exc
         finally:
@@ -236,7 +261,8 @@ class InferenceHTTPClient:
         """Ask the server to join the trainer's weight-broadcast group (``host``, ``port``,
         ``rank_offset``, ``inference_world_size``, ``timeout``, ``backend``); it answers at once
         and joins in the background."""
-        await self._post("/init_broadcaster", body)
+        # not retried: a server that did read it would be asked to join the group twice
+        await self._post("/init_broadcaster", body, retry=False)
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         await self._post("/load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path})

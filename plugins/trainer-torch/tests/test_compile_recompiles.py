@@ -89,9 +89,14 @@ ROWS = [[100, 200], [120, 200], [300], [50, 60, 70, 80], [2, 1, 250], [64, 64], 
 
 def test_compiled_layers_do_not_recompile_after_the_first_rows(monkeypatch, tiny_model):
     import torch._dynamo.utils as dynamo_utils
-    from prl_trainer_torch import attention
+    from prl_trainer_torch import attention, logprobs
     from prl_trainer_torch.model import Dist, load_hf_model, parallelize
 
+    # compile=True swaps the process-wide log-prob kernels for compiled ones: put the eager
+    # ones back afterwards, or later tests in this process (a meta-device check, one-worker
+    # runs compared with eager torchrun workers) would run compiled kernels.
+    for name, kernel in list(logprobs._KERNELS.items()):
+        monkeypatch.setitem(logprobs._KERNELS, name, kernel)
     monkeypatch.setattr(attention, "_varlen", lambda: cpu_varlen_attn)
     monkeypatch.setattr(attention, "varlen_available", lambda device: True)
     torch._dynamo.reset()
