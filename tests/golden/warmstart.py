@@ -129,12 +129,17 @@ def replies(model_dir: Path) -> Callable[[list[dict], str], tuple[list[int], lis
 
 def demo_warm_start(model_dir: Path, template: str, count: int = 32) -> None:
     """opsd's warm start: reply "yes" when the prompt shows the answer (``template``) and "no"
-    when it does not, on ``count`` reverse-text training prompts (120 steps at lr 1e-2).
+    when it does not, on ``count`` reverse-text training prompts (300 steps at lr 1e-2).
 
     A random tiny model barely reads its context (its KL between the two prompts is ~0.003
     nats), so self-distillation would have nothing to close; after this the shown answer
     changes the reply and opsd must move the plain prompt's reply towards it. The prompts
-    are the model's chat template with its generation prompt, as opsd's reference sees them."""
+    are the model's chat template with its generation prompt, as opsd's reference sees them.
+
+    120 steps sit on an edge: on one machine the model learnt to read the demonstration, on
+    another (same code, same seeds) it learnt one reply for both prompts (KL ~1e-5) and opsd
+    had nothing to close. 200 steps still missed for 2 seeds of 3; 300 gave KLs of 8-11
+    nats for every seed and learning rate tried."""
     from prl_algo_opsd import demo_messages
     from prl_tasks_builtin.reverse_text import ReverseText
 
@@ -143,7 +148,7 @@ def demo_warm_start(model_dir: Path, template: str, count: int = 32) -> None:
     rows = []
     for task in tasks:
         rows += [reply(task.prompt, "no"), reply(demo_messages(task.prompt, task.data["answer"], template), "yes")]
-    train(model_dir, rows, steps=120, lr=1e-2)
+    train(model_dir, rows, steps=300, lr=1e-2)
 
 
 def reverse_warm_start(model_dir: Path, steps: int = 60, count: int = 200) -> None:

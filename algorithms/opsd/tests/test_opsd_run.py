@@ -34,10 +34,12 @@ def _pairs(model_dir, split: str = "eval", count: int = 8) -> list[tuple[list[in
     return [(ids(t.prompt), ids(demo_messages(t.prompt, t.data["answer"], TEMPLATE))) for t in tasks]
 
 
-def _warm_start(model_dir, pairs, steps: int = 120) -> None:
+def _warm_start(model_dir, pairs, steps: int = 300) -> None:
     """Teach the student to reply "yes" when shown a demonstration and "no" without one, so
     that the demonstration changes its answer (a random tiny model barely reads its context:
-    its KL between the two is ~0.003 nats). opsd must then move the plain answer to "yes"."""
+    its KL between the two is ~0.003 nats). opsd must then move the plain answer to "yes".
+    300 steps: at 120 the model learnt one reply for both prompts on some machines (KL
+    ~1e-5, nothing for opsd to close); at 300 the KL is 8-11 nats for every seed tried."""
     import random
 
     import torch
