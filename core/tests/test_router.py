@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from prl.client import DROPPED_RETRIES
 from prl.router import Router
 from prl.serving import bind
 
@@ -22,6 +23,7 @@ class FakeEngines:
         self.calls: list[tuple[str, str, dict]] = []
         self.delay = delay
         self.down: set[str] = set()
+        self.drops: dict[str, int] = {}  # path -> connections still to drop before an answer
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         engine = f"http://{request.url.host}"
@@ -29,6 +31,9 @@ class FakeEngines:
         self.calls.append((engine, request.url.path, body))
         if engine in self.down:
             raise httpx.ConnectError("refused", request=request)
+        if self.drops.get(request.url.path, 0) > 0:
+            self.drops[request.url.path] -= 1
+            raise httpx.ReadError("connection reset", request=request)
         path = request.url.path
         if path == "/health":
             return httpx.Response(200, json={"status": "ok", "version": self.version[engine], "paused": False})
@@ -190,3 +195,27 @@ def test_an_engine_that_exits_stops_the_router_with_its_log(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "prl: inference engine 0 (http://127.0.0.1:9) exited with code 3" in out and "CUDA out of memory" in out
+
+
+def test_a_dropped_engine_connection_is_sent_again_except_joining_a_broadcast_group():
+    """An engine resets a kept-alive connection it left idle (after a long stop, say): the
+    router resends as the client does (prl.client.DROPPED), so a paused engine that wakes up
+    does not fail the run's /pause or a generation; /init_broadcaster is never sent twice."""
+    engines = FakeEngines()
+    engines.drops = {"/pause": 1, "/inference/v1/generate": DROPPED_RETRIES, "/init_broadcaster": 1}
+
+    async def check(client, router):
+        assert (await client.post("/pause", json={})).status_code == 200
+        paused = [e for e, path, _ in engines.calls if path == "/pause"]
+        assert len(paused) == 3 and set(paused) == set(ENGINES)  # one engine's /pause sent twice
+        gen = await client.post("/inference/v1/generate", json={"token_ids": [7]})
+        assert gen.status_code == 200 and gen.json()["echo"] == {"token_ids": [7]}
+        joined = await client.post("/init_broadcaster", json={"host": "h", "port": 1, "rank_offset": 1})
+        assert joined.status_code == 502 and "ReadError" in joined.json()["error"]["message"]
+        sent = [e for e, path, _ in engines.calls if path == "/init_broadcaster"]
+        assert sorted(sent) == sorted(ENGINES)  # one each, the dropped one not resent
+        # more drops than resends: the engine's failure reaches the client
+        engines.drops["/inference/v1/generate"] = DROPPED_RETRIES + 1
+        assert (await client.post("/inference/v1/generate", json={})).status_code == 502
+
+    _serve(engines, check)

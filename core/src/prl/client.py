@@ -92,12 +92,18 @@ DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 DROPPED_RETRIES = 2
 
 
-async def post_retrying(http: httpx.AsyncClient, path: str, body: Any, retries: int) -> httpx.Response:
-    """``http.post(path, json=body)``, sent again up to ``retries`` times when the connection
-    is dropped before an answer (:data:`DROPPED`)."""
+async def post_retrying(http: httpx.AsyncClient, path: str, body: Any, retries: int, **kw: Any) -> httpx.Response:
+    """``http.post(path, json=body, **kw)``, sent again up to ``retries`` times when the
+    connection is dropped before an answer (:data:`DROPPED`)."""
+    return await send_retrying(lambda: http.post(path, json=body, **kw), retries)
+
+
+async def send_retrying(send: Any, retries: int) -> httpx.Response:
+    """``await send()``, called again up to ``retries`` times when the connection is dropped
+    before an answer (:data:`DROPPED`); ``send`` builds a fresh request each call."""
     for attempt in range(retries + 1):
         try:
-            return await http.post(path, json=body)
+            return await send()
         except DROPPED:
             if attempt == retries:
                 raise

@@ -30,6 +30,8 @@ from typing import Any
 
 import httpx
 
+from prl.client import DROPPED_RETRIES, post_retrying, send_retrying
+
 FAN_OUT = {"/update_weights", "/load_lora_adapter", "/pause", "/resume", "/init_broadcaster"}
 # Headers that describe one hop's connection, not the message (RFC 9110 §7.6.1).
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "te", "trailer", "upgrade"}
@@ -174,7 +176,10 @@ class Router:
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         try:
-            resp = await self.http.post(url, json=body, headers=headers)
+            # an engine may drop a kept-alive connection it left idle (see prl.client.DROPPED);
+            # joining a broadcast group is the one admin route never sent twice
+            retries = 0 if url.endswith("/init_broadcaster") else DROPPED_RETRIES
+            resp = await post_retrying(self.http, url, body, retries, headers=headers)
             return resp.status_code, _json(resp)
         except httpx.HTTPError as exc:
             return 502, _error(f"POST {url}: {exc!r}", 502)
@@ -185,11 +190,16 @@ class Router:
         self.outstanding[i] += 1
         self.served[i] += 1
         try:
-            upstream = self.http.build_request(
-                req.method, self.backends[i] + req.path, headers=_forwarded(req.headers), content=req.body
-            )
+
+            def send():
+                upstream = self.http.build_request(
+                    req.method, self.backends[i] + req.path, headers=_forwarded(req.headers), content=req.body
+                )
+                return self.http.send(upstream, stream=True)
+
             try:
-                resp = await self.http.send(upstream, stream=True)
+                # resent only when dropped before the answer's head: nothing has reached the client
+                resp = await send_retrying(send, DROPPED_RETRIES)
             except httpx.HTTPError as exc:
                 await respond_json(writer, 502, _error(f"engine {self.backends[i]}: {exc!r}", 502), req.keep_alive)
                 return
