@@ -16,6 +16,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from prl.testing.distill import fit_rows
+
 WORDS = ("check", "bet", "call", "fold")
 SOLVER_SYSTEM = "Compute the value. Reply with the number only."  # proposer-solver's solver prompt
 
@@ -53,29 +55,7 @@ def fit(model_dir: Path, conversations: list[list[dict]], steps: int, lr: float,
         rendered = renderer.render(messages)
         pairs = zip(rendered.token_ids, rendered.roles, strict=True)
         rows.append((rendered.token_ids, [t if role == "assistant" else -100 for t, role in pairs]))
-    train(model_dir, rows, steps, lr, batch)
-
-
-def train(model_dir: Path, rows: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int = 4) -> None:
-    """Fit the model in ``model_dir`` to ``rows`` of (token ids, labels; -100 is unscored) and save it."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    model.train()
-    optim = torch.optim.AdamW(model.parameters(), lr=lr)
-    rng = random.Random(0)
-    for _ in range(steps):
-        chosen = rng.sample(rows, batch)
-        width = max(len(ids) for ids, _ in chosen)
-        ids = torch.tensor([x + [0] * (width - len(x)) for x, _ in chosen])
-        labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in chosen])
-        model(input_ids=ids, labels=labels).loss.backward()
-        optim.step()
-        optim.zero_grad()
-    model.save_pretrained(model_dir)
+    fit_rows(model_dir, rows, steps, lr, batch)
 
 
 def kuhn_warm_start(model_dir: Path) -> None:
@@ -106,7 +86,7 @@ def proposer_solver_warm_start(model_dir: Path, max_number: int, max_ops: int, s
         value, _ = evaluate(problem, max_number, max_ops)
         ask = [{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": problem}]
         rows += [reply(task.prompt, problem), reply(ask, str(value))]
-    train(model_dir, rows, steps=steps, lr=2e-2, batch=8)
+    fit_rows(model_dir, rows, steps=steps, lr=2e-2, batch=8)
 
 
 def replies(model_dir: Path) -> Callable[[list[dict], str], tuple[list[int], list[int]]]:
@@ -148,7 +128,7 @@ def demo_warm_start(model_dir: Path, template: str, count: int = 32) -> None:
     rows = []
     for task in tasks:
         rows += [reply(task.prompt, "no"), reply(demo_messages(task.prompt, task.data["answer"], template), "yes")]
-    train(model_dir, rows, steps=300, lr=1e-2)
+    fit_rows(model_dir, rows, steps=300, lr=1e-2)
 
 
 def reverse_warm_start(model_dir: Path, steps: int = 60, count: int = 200) -> None:
@@ -163,4 +143,4 @@ def reverse_warm_start(model_dir: Path, steps: int = 60, count: int = 200) -> No
     taskset = ReverseText(ReverseText.Config(max_words=1))
     tasks = [t for _, t in zip(range(count), taskset.tasks("train"), strict=False)]
     reply = replies(model_dir)
-    train(model_dir, [reply(t.prompt, t.data["answer"]) for t in tasks], steps=steps, lr=1e-2)
+    fit_rows(model_dir, [reply(t.prompt, t.data["answer"]) for t in tasks], steps=steps, lr=1e-2)

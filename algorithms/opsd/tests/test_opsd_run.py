@@ -40,10 +40,9 @@ def _warm_start(model_dir, pairs, steps: int = 300) -> None:
     its KL between the two is ~0.003 nats). opsd must then move the plain answer to "yes".
     300 steps: at 120 the model learnt one reply for both prompts on some machines (KL
     ~1e-5, nothing for opsd to close); at 300 the KL is 8-11 nats for every seed tried."""
-    import random
+    from transformers import AutoTokenizer
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from prl.testing.distill import fit_rows
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     end = tok.convert_tokens_to_ids("<|im_end|>")
@@ -52,19 +51,7 @@ def _warm_start(model_dir, pairs, steps: int = 300) -> None:
         for prompt, reply in ((plain, "no"), (demo, "yes")):
             answer = tok.encode(reply, add_special_tokens=False) + [end]
             rows.append((prompt + answer, [-100] * len(prompt) + answer))
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    rng = random.Random(0)
-    for _ in range(steps):
-        batch = rng.sample(rows, 4)
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.tensor([x + [0] * (width - len(x)) for x, _ in batch])
-        labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in batch])
-        model(input_ids=ids, labels=labels).loss.backward()
-        optim.step()
-        optim.zero_grad()
-    model.save_pretrained(model_dir)
+    fit_rows(model_dir, rows, steps=steps, lr=1e-2)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Helpers for distillation tests: a teacher that differs from the student in a learnable
-way, the exact reverse KL between two checkpoints, and a run's per-step metrics.
+way, the exact reverse KL between two checkpoints, a run's per-step metrics, and the
+supervised warm start (:func:`fit_rows`) that learning tests start their runs from.
 
 torch and transformers are imported inside the functions: ``prl.testing`` ships with the
 torch-free core.
@@ -79,3 +80,33 @@ def next_token_kl(model: Path, pairs: list[tuple[list[int], list[int]]], weights
             lq = torch.log_softmax(net(torch.tensor([b])).logits[0, -1].float(), -1)
             total += float((lp.exp() * (lp - lq)).sum())
     return total / len(pairs)
+
+
+def fit_rows(model_dir: Path, rows: list[tuple[list[int], list[int]]], steps: int, lr: float, batch: int = 4) -> None:
+    """Fit the model in ``model_dir`` to ``rows`` of (token ids, labels; -100 is unscored) and
+    save it: a warm start that gives a learning test a policy with something to learn from.
+    Seeded, one thread, so one machine repeats it exactly."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same reduction order on every machine size
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        model.train()
+        optim = torch.optim.AdamW(model.parameters(), lr=lr)
+        rng = random.Random(0)
+        for _ in range(steps):
+            chosen = rng.sample(rows, batch)
+            width = max(len(ids) for ids, _ in chosen)
+            ids = torch.tensor([x + [0] * (width - len(x)) for x, _ in chosen])
+            labels = torch.tensor([y + [-100] * (width - len(y)) for _, y in chosen])
+            model(input_ids=ids, labels=labels).loss.backward()
+            optim.step()
+            optim.zero_grad()
+        model.save_pretrained(model_dir)
+    finally:  # a test process goes on to other tests: leave its thread count as it was
+        torch.set_num_threads(threads)
