@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,12 @@ def workdir(tmp_path_factory):
 
 
 def _prl(args: list[str], cwd: Path, env: dict, timeout: float = 480) -> subprocess.CompletedProcess:
+    # Each job meets its trainer ranks on a fresh port: on the fixed default the previous job's
+    # torchrun store, still winding down on a loaded machine, answered the next job's agent
+    # and then went away (RendezvousConnectionError, seen with two pytest workers).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        args = [*args, "--deployment.rdzv_port", str(sock.getsockname()[1])]
     return subprocess.run(
         [sys.executable, "-m", "prl", *args],
         cwd=cwd,
