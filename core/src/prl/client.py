@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -92,13 +93,20 @@ DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 DROPPED_RETRIES = 2
 
 
-async def post_retrying(http: httpx.AsyncClient, path: str, body: Any, retries: int, **kw: Any) -> httpx.Response:
-    """``http.post(path, json=body, **kw)``, sent again up to ``retries`` times when the
-    connection is dropped before an answer (:data:`DROPPED`)."""
-    return await send_retrying(lambda: http.post(path, json=body, **kw), retries)
+# A server that did read the request before the connection dropped would be asked to join
+# the weight-broadcast group twice.
+NEVER_RESENT = frozenset({"/init_broadcaster"})
 
 
-async def send_retrying(send: Any, retries: int) -> httpx.Response:
+async def post_retrying(http: httpx.AsyncClient, url: str, body: Any, **kw: Any) -> httpx.Response:
+    """``http.post(url, json=body, **kw)``, sent again up to :data:`DROPPED_RETRIES` times when
+    the connection is dropped before an answer (:data:`DROPPED`); the routes in
+    :data:`NEVER_RESENT` are sent once. ``url`` is a path or a whole URL."""
+    retries = 0 if httpx.URL(url).path in NEVER_RESENT else DROPPED_RETRIES
+    return await send_retrying(lambda: http.post(url, json=body, **kw), retries)
+
+
+async def send_retrying(send: Callable[[], Awaitable[httpx.Response]], retries: int) -> httpx.Response:
     """``await send()``, called again up to ``retries`` times when the connection is dropped
     before an answer (:data:`DROPPED`); ``send`` builds a fresh request each call."""
     for attempt in range(retries + 1):
@@ -147,13 +155,13 @@ class InferenceHTTPClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _post(self, path: str, body: dict[str, Any], retry: bool = True) -> dict[str, Any]:
-        """POST ``body``; a connection the server dropped before answering is retried
-        (``retry``, see :func:`post_retrying`)."""
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body``; a connection the server dropped before answering is retried (see
+        :func:`post_retrying`)."""
         self.in_flight += 1
         started = time.monotonic()
         try:
-            resp = await post_retrying(self._http, path, body, DROPPED_RETRIES if retry else 0)
+            resp = await post_retrying(self._http, path, body)
         except httpx.HTTPError as exc:
             raise InferenceError(f"POST {self.base_url}{path} failed: {exc!r}") from exc
         finally:
@@ -267,8 +275,7 @@ class InferenceHTTPClient:
         """Ask the server to join the trainer's weight-broadcast group (``host``, ``port``,
         ``rank_offset``, ``inference_world_size``, ``timeout``, ``backend``); it answers at once
         and joins in the background."""
-        # not retried: a server that did read it would be asked to join the group twice
-        await self._post("/init_broadcaster", body, retry=False)
+        await self._post("/init_broadcaster", body)  # sent once: see NEVER_RESENT
 
     async def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         await self._post("/load_lora_adapter", {"lora_name": lora_name, "lora_path": lora_path})

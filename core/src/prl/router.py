@@ -176,10 +176,8 @@ class Router:
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         try:
-            # an engine may drop a kept-alive connection it left idle (see prl.client.DROPPED);
-            # joining a broadcast group is the one admin route never sent twice
-            retries = 0 if url.endswith("/init_broadcaster") else DROPPED_RETRIES
-            resp = await post_retrying(self.http, url, body, retries, headers=headers)
+            # an engine may drop a kept-alive connection it left idle (see prl.client.DROPPED)
+            resp = await post_retrying(self.http, url, body, headers=headers)
             return resp.status_code, _json(resp)
         except httpx.HTTPError as exc:
             return 502, _error(f"POST {url}: {exc!r}", 502)

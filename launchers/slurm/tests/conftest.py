@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from prl.serving import free_port
+
+LOOPBACK = "127.0.0.1"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
 
 
@@ -30,12 +33,6 @@ def missing() -> str | None:
     if os.geteuid() != 0:
         return "the test cluster runs its daemons as root"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:
@@ -57,8 +54,8 @@ class Cluster:
         lines = [
             "ClusterName=prltest",
             f"SlurmctldHost={host}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port(LOOPBACK)}",
+            f"SlurmdPort={free_port(LOOPBACK)}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -86,7 +83,7 @@ class Cluster:
         ]
         for name in self.names:
             lines.append(
-                f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+                f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port(LOOPBACK)} "
                 f"CPUs={self.cpus} RealMemory=4000 State=UNKNOWN"
             )
         lines.append(f"PartitionName=debug Nodes={','.join(self.names)} Default=YES MaxTime=INFINITE State=UP")

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ pytest.importorskip("prl_inference_torch")
 pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
+from prl.serving import free_port  # noqa: E402
 from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -43,9 +43,7 @@ def _prl(args: list[str], cwd: Path, env: dict, timeout: float = 480) -> subproc
     # Each job meets its trainer ranks on a fresh port: on the fixed default the previous job's
     # torchrun store, still winding down on a loaded machine, answered the next job's agent
     # and then went away (RendezvousConnectionError, seen with two pytest workers).
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        args = [*args, "--deployment.rdzv_port", str(sock.getsockname()[1])]
+    args = [*args, "--deployment.rdzv_port", str(free_port("127.0.0.1"))]
     return subprocess.run(
         [sys.executable, "-m", "prl", *args],
         cwd=cwd,
