@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=8192, help="tokens per packed step")
     parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up step")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of " + ",".join(SHAPES))
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     parser.add_argument("--budget-s", type=float, default=450.0, help="skip what is left after this many seconds")
     parser.add_argument("--tiny", action="store_true", help="two-layer stand-ins (CPU smoke test)")
     args = parser.parse_args(argv)
@@ -197,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"--shapes: unknown {', '.join(unknown)} (choose from {', '.join(SHAPES)})", file=sys.stderr)
         return 2
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if any(m not in MODES for m in modes):
+        print(f"--modes: choose from {', '.join(MODES)}", file=sys.stderr)
+        return 2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     start, rows = time.perf_counter(), []
     for name in shapes:
-        for mode in MODES:
+        for mode in modes:
             if time.perf_counter() - start > args.budget_s:
                 row = {"shape": name, "mode": mode, "result": "skipped (time budget)"}
             else:

@@ -59,68 +59,103 @@ def samples_of(docs: list[dict]) -> list:
     return out
 
 
-def trainer_config(model_dir: Path, out: Path, args, steps: int):
+def trainer_config(model_dir: Path, out: Path, v: dict, steps: int):
     from prl.config.components import TrainerConfig
 
     return TrainerConfig.model_validate(
         {
             "model": {
-                "name": str(model_dir), "seq_len": args.seq_len, "dtype": "bfloat16",
-                "activation_checkpointing": not args.no_ac,
-                "optim_cpu_offload": not args.no_optim_offload,
+                "name": str(model_dir), "seq_len": v["seq"], "dtype": "bfloat16",
+                "activation_checkpointing": v["ac"], "activation_checkpointing_freq": v["freq"],
+                "optim_cpu_offload": v["offload"],
             },
             "loss": {"type": "ipo"},
             "optim": {"lr": 1e-6, "max_norm": 1.0},
             "max_steps": steps,
-            "annotations": not args.no_annotations,
+            "annotations": v["annotations"],
             "output_dir": str(out), "run": {"name": "rl-step-bench"},
         }
     )  # fmt: skip
 
 
-def run_rl_step(cfg, steps_docs, args, work: Path, state) -> dict:
+def parse_variant(text: str, args) -> dict:
+    """``name=ac8k,ac=1,freq=2,seq=8192,offload=0,annotations=1``; unset keys from the flags."""
+    v = {
+        "ac": not args.no_ac, "freq": 1, "seq": args.seq_len, "offload": not args.no_optim_offload,
+        "annotations": not args.no_annotations,
+    }  # fmt: skip
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        v[key] = value if key == "name" else int(value)
+    for key in ("ac", "offload", "annotations"):
+        v[key] = bool(v[key])
+    v.setdefault("name", "rl_step")
+    return v
+
+
+def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict) -> dict:
     """Write each step's batch as the orchestrator does, then time ``RLRun.train_step``."""
     from prl_trainer_torch.metrics import model_flops, peak_memory_gib
     from prl_trainer_torch.rl import RLRun
-    from transformers import AutoModelForCausalLM
 
     from prl.orchestrator.packing import pack
     from prl.orchestrator.transport import write_batch
 
-    model_dir = work / "model"
-    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    hf.load_state_dict(state)
-    hf.save_pretrained(model_dir)
-    del hf
-    config = trainer_config(model_dir, work, args, len(steps_docs))
-    run = RLRun(config)
-    run_dir = run.run_dir
+    print(f"== {v}", flush=True)
+    run = RLRun(trainer_config(model_dir, work / v["name"], v, len(steps_docs)))
     dev = run.dist.device
-    n_params = run.n_params
     times, losses, flops, host = [], [], [], []
     tt._reset(dev)
     for step, docs in enumerate(steps_docs, start=1):
         t_pack = time.perf_counter()
-        write_batch(run_dir, step, pack(samples_of(docs), args.seq_len, 1))
+        write_batch(run.run_dir, step, pack(samples_of(docs), v["seq"], 1))
         host.append(time.perf_counter() - t_pack)
         tt._sync(dev)
+        profiling = args.profile and step == len(steps_docs)
         t0 = time.perf_counter()
-        metrics = run.train_step(step)
-        tt._sync(dev)
+        with _profiler(profiling) as prof:
+            metrics = run.train_step(step)
+            tt._sync(dev)
         times.append(time.perf_counter() - t0)
         losses.append(metrics.get("loss/all", float("nan")))
-        flops.append(model_flops(n_params, cfg.num_hidden_layers, cfg.hidden_size, [len(d["ids"]) for d in docs]))
+        flops.append(model_flops(run.n_params, cfg.num_hidden_layers, cfg.hidden_size, [len(d["ids"]) for d in docs]))
         print(
-            f"rl-step {step}: {times[-1]:.3f} s ({sum(len(d['ids']) for d in docs) / times[-1]:,.0f} tok/s), "
+            f"{v['name']} step {step}: {times[-1]:.3f} s ({sum(len(d['ids']) for d in docs) / times[-1]:,.0f} tok/s), "
             f"forward_backward {metrics['time/forward_backward']:.3f} s, wait_for_batch "
             f"{metrics['time/wait_for_batch']:.3f} s, orchestrator pack+write {host[-1]:.3f} s",
             flush=True,
         )
-    out = tt._summary("rl_step", losses, times, flops, steps_docs, args, dev, 1)
+        if profiling:
+            _print_profile(prof, times[-1])
+    n = len(steps_docs) - args.profile  # the profiled step is not timed
+    out = tt._summary(v["name"], losses[:n], times[:n], flops[:n], steps_docs[:n], args, dev, 1)
     out["peak_memory_gib"] = peak_memory_gib(dev)
+    out["variant"] = v
     out["orchestrator_pack_write_s"] = host
     run.close()
+    del run
     return out
+
+
+def _profiler(on: bool):
+    import contextlib
+
+    if not on:
+        return contextlib.nullcontext()
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    return profile(activities=acts)
+
+
+def _print_profile(prof, wall: float) -> None:
+    """How busy the GPU was during the profiled step, and where the host spent its time."""
+    events = prof.key_averages()
+    gpu = sum(e.self_device_time_total for e in events) / 1e6
+    print(f"profiled step: wall {wall:.3f} s, GPU kernel time {gpu:.3f} s ({gpu / wall:.0%} busy)")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
+    if torch.cuda.is_available():
+        print(events.table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=50))
 
 
 def main() -> int:
@@ -134,22 +169,35 @@ def main() -> int:
     p.add_argument("--no-ac", action="store_true", help="no activation checkpointing (more memory)")
     p.add_argument("--no-optim-offload", action="store_true", help="model.optim_cpu_offload = false")
     p.add_argument("--no-annotations", action="store_true", help="trainer.annotations = false")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="rl_step settings, repeatable: name=X,ac=0|1,freq=N,seq=N,offload=0|1,annotations=0|1",
+    )
+    p.add_argument("--profile", action="store_true", help="profile one extra rl_step step per variant")
     p.add_argument("--only", default="rl_step,packed,plain", help="comma list of rl_step, packed, plain")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (CPU smoke test)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     cfg = tt.tiny_config() if args.tiny else tt.qwen3_06b_config()
-    steps_docs = tt.make_docs(args.steps, args.tokens_per_step, cfg.vocab_size)
+    steps_docs = tt.make_docs(args.steps + args.profile, args.tokens_per_step, cfg.vocab_size)
     torch.manual_seed(0)
     from transformers import AutoModelForCausalLM
 
-    state = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).state_dict()
+    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    state = hf.state_dict()
     wanted = args.only.split(",")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        hf.save_pretrained(model_dir)
+        del hf
         if "rl_step" in wanted:
-            results.append(run_rl_step(cfg, steps_docs, args, Path(tmp), state))
-            _free()
+            for text in args.variant or [""]:
+                results.append(run_rl_step(cfg, steps_docs, args, Path(tmp), model_dir, parse_variant(text, args)))
+                _free()
+    steps_docs = steps_docs[: args.steps]
     if "packed" in wanted:
         packed_args = argparse.Namespace(**{**vars(args), "compile": False, "attn": "auto", "profile": False})
         packed_args.mem_report = False
@@ -181,10 +229,12 @@ def _report(results: list[dict]) -> None:
             f"{r['name']:>18}: {r['tokens_per_s']:>9,.0f} tokens/s  MFU {r['mfu']:.1%}  "
             f"peak {r['peak_memory_gib']:.2f} GiB  first-step loss {r['losses'][0]:.4f}"
         )
-    base = by.get("rl_step")
-    for name in ("packed_no_compile", "plain"):
-        if base and name in by:
-            print(f"rl_step / {name}: {base['tokens_per_s'] / by[name]['tokens_per_s']:.2f}x")
+    for r in results:
+        if "variant" not in r:
+            continue
+        for name in ("packed_no_compile", "plain"):
+            if name in by:
+                print(f"{r['name']} / {name}: {r['tokens_per_s'] / by[name]['tokens_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ safetensors header (the size estimates read headers only, never weights)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import struct
 import textwrap
@@ -108,3 +109,19 @@ def test_doctor_names_each_problem_in_one_line_and_exits_1(tmp_path):
     assert any("num_train_gpus (40) + num_infer_gpus (24) = 64 GPUs, but this machine has" in p for p in problems)
     assert any(p.startswith(f"PROBLEM  output_dir: cannot write under {blocker}") for p in problems), problems
     assert result.output.rstrip().endswith(f"prl doctor: {len(problems)} problems found")
+
+
+def test_explain_counts_fewer_activations_the_more_layers_are_checkpointed(tmp_path):
+    pytest.importorskip("prl_tasks_builtin")
+    found, config = [], str(_toml(tmp_path))
+    for flags in (
+        [],
+        ["--trainer.model.activation-checkpointing-freq", "2"],
+        ["--trainer.model.activation-checkpointing-freq", "1"],
+    ):
+        ac = ["--trainer.model.activation-checkpointing"] if flags else []
+        result = _cli("rl", "@", config, *ac, *flags, "--explain")
+        assert result.exit_code == 0, result.output
+        found.append(re.search(r"\+ activations ([\d.]+) (\w+)", result.output).groups())
+    sizes = [float(v) * {"MiB": 1, "GiB": 1024}[unit] for v, unit in found]
+    assert sizes[0] > sizes[1] > sizes[2] > 0

@@ -246,3 +246,17 @@ def test_ref_kl_component_runs_exactly_when_some_token_has_a_ref_kl_weight():
     sums = component_losses(Reinforce(), mb["inputs"], ref_kl_weights=_t([0.0, 0.0]))
     assert sums.ref_kl.item() == 0.0
     assert not any(k.startswith("ref_kl") for k in sums.metrics)
+
+
+def test_tokens_with_rl_weight_zero_leave_the_rl_loss_uncalled_unless_flags_say_otherwise():
+    from prl_loss_common import components_present
+
+    loss = Reinforce()
+    mb = _mb([0.5, 0.5], [True, True], [1.0, 1.0], [0.0, 0.0], [1.0, 1.0])
+    flags = components_present(mb["inputs"].loss_mask, mb["inputs"].rl_weights, mb["ce"])
+    assert flags == (False, True, False)
+    sums = component_losses(loss, mb["inputs"], ce_weights=mb["ce"])
+    assert loss.seen_masks == [] and sums.rl.item() == 0.0 and sums.ce.item() > 0
+    # precomputed flags are what decides (the trainer reads them before the forward pass)
+    component_losses(loss, mb["inputs"], ce_weights=mb["ce"], present=(True, False, False))
+    assert loss.seen_masks == [[False, False]]

@@ -163,8 +163,11 @@ def _sizes(cfg: Any, size: ModelSize, ranks: int) -> list[str]:
     sharded = weights * (2 + states) / ranks
     activations = 0.0
     if size.hidden and size.layers:
-        per_value = 2 if cfg.trainer.model.activation_checkpointing else 16
-        activations = cfg.orchestrator.seq_len * size.hidden * size.layers * per_value * per
+        model = cfg.trainer.model
+        # a checkpointed layer keeps ~2 values per hidden unit (its input), a full one ~16
+        kept = -(-size.layers // model.activation_checkpointing_freq) if model.activation_checkpointing else 0
+        per_layer = kept * 2 + (size.layers - kept) * 16
+        activations = cfg.orchestrator.seq_len * size.hidden * per_layer * per
     logits = cfg.orchestrator.seq_len * (size.vocab or 0) * 4 * 2
     out.append(
         f"Trainer memory per rank (rough): {gib(sharded + activations + logits)} = params+grads+optimizer "

@@ -22,6 +22,36 @@ def test_document_bounds_split_at_position_resets():
     assert attention.document_bounds(two_rows)[0].tolist() == [0, 3, 4, 8]
 
 
+@pytest.mark.parametrize(
+    "positions", [[0, 1, 2, 0, 1, 0, 1, 2, 3, 4], list(range(6)), [0], [0, 0, 0, 1], [0, 1, 2, 3, 0]]
+)
+def test_host_document_bounds_equal_the_device_ones(positions):
+    cu, longest = attention.host_document_bounds(positions, torch.device("cpu"))
+    expected, expected_longest = attention.document_bounds(torch.tensor([positions]))
+    assert cu.tolist() == expected.tolist() and cu.dtype == torch.int32 and longest == expected_longest
+
+
+def test_the_rl_step_hands_the_policy_its_host_bounds(monkeypatch):
+    from prl_trainer_torch.rl_step import forward_tokens, to_micro_batch
+
+    from prl.orchestrator.packing import micro_batch
+    from prl.types import TrainingSample
+
+    samples = [TrainingSample([5, 6, 7], [False, True, True], [1.0] * 3, [-1.0] * 3, 1.0, [1.0] * 3, [0.0] * 3,
+                              [0.0] * 3, "e"), TrainingSample([8, 9], [False, True], [1.0] * 2, [-1.0] * 2, 1.0,
+                              [1.0] * 2, [0.0] * 2, [0.0] * 2, "e")]  # fmt: skip
+    mb = to_micro_batch(micro_batch(samples), torch.device("cpu"))
+    seen = []
+
+    def policy(ids, pos, targets, temps, entropy=False, bounds=None):
+        seen.append(bounds)
+        return torch.zeros(ids.shape), torch.zeros(ids.shape)
+
+    forward_tokens(policy, mb)
+    ((cu, longest),) = seen
+    assert cu.tolist() == [0, 3, 5] and longest == 3
+
+
 def test_auto_is_sdpa_without_cuda_and_varlen_refused_with_reason():
     cpu = torch.device("cpu")
     assert attention.resolve_attn("auto", cpu) == "sdpa"

@@ -82,3 +82,31 @@ def test_replicated_mesh_matches_one_worker(tmp_path, tiny_model, sft_config):
         weights.append(load_file(export_checkpoint(step, tmp_path / f"hf-{name}", "float32") / "model.safetensors"))
     for key in weights[0]:
         torch.testing.assert_close(weights[1][key], weights[0][key], atol=2e-5, rtol=1e-4, msg=key)
+
+
+def _layer_calls_and_grads(tiny_model, ac: bool, freq: int) -> tuple[list[int], dict]:
+    from prl_trainer_torch.model import Dist, decoder_layers, load_hf_model, parallelize
+
+    torch.manual_seed(0)
+    hf = load_hf_model(str(tiny_model), torch.float32, "sdpa")
+    policy = parallelize(hf, Dist(0, 1, 0, torch.device("cpu")), ac, compile=False, ac_freq=freq)
+    policy.train()
+    calls = [0] * len(decoder_layers(hf))
+    for i, layer in enumerate(decoder_layers(hf)):
+        layer.register_forward_pre_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+    ids = torch.randint(0, 256, (1, 12))
+    logp, _ = policy(ids, torch.arange(12)[None], torch.roll(ids, -1))
+    logp.sum().backward()
+    return calls, {n: p.grad.clone() for n, p in hf.named_parameters() if p.grad is not None}
+
+
+def test_activation_checkpointing_freq_recomputes_every_nth_layer_with_the_same_gradients(tiny_model):
+    calls, grads = _layer_calls_and_grads(tiny_model, ac=True, freq=2)
+    # a checkpointed layer runs again in the backward pass; the others keep their activations
+    assert calls == [2 if i % 2 == 0 else 1 for i in range(len(calls))] and len(calls) >= 2
+    all_calls, all_grads = _layer_calls_and_grads(tiny_model, ac=True, freq=1)
+    none_calls, none_grads = _layer_calls_and_grads(tiny_model, ac=False, freq=2)
+    assert all_calls == [2] * len(calls) and none_calls == [1] * len(calls)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, none_grads[name])
+        torch.testing.assert_close(grad, all_grads[name])

@@ -64,7 +64,7 @@ class TinyPolicy(torch.nn.Module):
         self.emb = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
         self.head = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
 
-    def forward(self, input_ids, position_ids, targets, temps, entropy=False, replay=None):
+    def forward(self, input_ids, position_ids, targets, temps, entropy=False, replay=None, bounds=None):
         return policy_head(self.emb[input_ids], self.head, targets, temps, 3, entropy, replay)
 
 

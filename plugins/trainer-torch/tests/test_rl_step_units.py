@@ -7,6 +7,8 @@ by hand from the policy's own log-probs.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from prl_loss_common import component_losses
@@ -37,7 +39,7 @@ class TinyPolicy(torch.nn.Module):
         self.emb = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
         self.head = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
 
-    def forward(self, input_ids, position_ids, targets, temps, entropy=False):
+    def forward(self, input_ids, position_ids, targets, temps, entropy=False, bounds=None):
         h = self.emb[input_ids] * (1 + 0.1 * position_ids[..., None].float())
         return chunked_logprobs(h, self.head, targets, temps, chunk_size=4, entropy=entropy)
 
@@ -243,15 +245,56 @@ class _VectorMetricLoss:
         return LossOutputs(loss=loss, metrics=metrics)
 
 
-def test_per_token_plugin_metrics_are_averaged_over_rl_tokens():
+@pytest.mark.parametrize("ids", [[1, 2], [1, 2, 3], [1, 2, 3, 4, 5]])
+def test_per_token_plugin_metrics_are_averaged_over_rl_tokens(ids):
     policy = TinyPolicy()
-    mb = to_micro_batch(micro_batch([_sample([1, 2, 3])]), CPU)
+    mb = to_micro_batch(micro_batch([_sample(ids)]), CPU)
     with torch.no_grad():
         logp, _ = token_logprobs(policy, mb)
     metrics = merge_stats([_plain(run_micro_batches(policy, _VectorMetricLoss(), [mb], world=1))])
     assert metrics["loss/scalar"] == 1.5 and "loss/plain" not in metrics
-    # tokens 2 and 3 train (the first token of a document has no prediction)
+    # every token but the first trains (the first token of a document has no prediction)
     assert metrics["loss/per_token"] == pytest.approx(float(-logp[1:].mean()), rel=1e-5)
+
+
+class _CountingLoss(_VectorMetricLoss):
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, inputs):
+        self.calls += 1
+        return super().__call__(inputs)
+
+
+def test_a_micro_batch_without_rl_tokens_never_reaches_the_rl_loss_or_its_metrics():
+    policy, loss = TinyPolicy(), _CountingLoss()
+    rl = to_micro_batch(micro_batch([_sample([1, 2, 3])]), CPU)
+    ce_only = to_micro_batch(micro_batch([_sample([4, 5, 6, 7], rl=0.0, ce=1.0)]), CPU)
+    alone = merge_stats([_plain(run_micro_batches(policy, loss, [rl], world=1))])
+    assert loss.calls == 1
+    both = merge_stats([_plain(run_micro_batches(policy, loss, [rl, ce_only], world=1))])
+    assert loss.calls == 2  # the ce-only micro-batch did not call it
+    assert both["loss/scalar"] == alone["loss/scalar"] == 1.5
+    assert both["loss/per_token"] == pytest.approx(alone["loss/per_token"])
+    # the ce component's own metric is not weighted into the loss plugin's metrics either
+    assert "loss/nll" not in both
+
+
+def test_step_stats_sum_over_micro_batches_and_come_back_as_plain_floats():
+    mb = to_micro_batch(micro_batch([_sample([1, 2, 3], env="b")]), CPU)
+    stats = StepStats()
+    stats.add_tokens_stats(mb, torch.tensor([9.0, 0.0, 0.0]), torch.tensor([9.0, 0.5, 0.5]))
+    stats.add_tokens_stats(mb, torch.tensor([9.0, 2.0, 4.0]), torch.tensor([9.0, 0.1, 0.3]))
+    plain = _plain(stats)
+    json.dumps(plain)  # nothing left on the device: the monitors and the rank gather take it as is
+    assert plain["per_env"]["b"] == [6.0, pytest.approx(1.4), 4.0, 20.0, 4.0]
+    assert all(type(v) is float for v in plain["per_env"]["all"])
+    out = merge_stats([plain])
+    assert out["entropy/b/mean"] == 1.5 and out["entropy/b/max"] == 4.0
+    # an env whose loss tokens all have entropy 0 is still reported (it has tokens)
+    zero = StepStats()
+    zero.add_tokens_stats(mb, torch.zeros(3), torch.zeros(3))
+    assert merge_stats([_plain(zero)])["entropy/b/mean"] == 0.0
 
 
 class _SeqLensLoss:
@@ -272,3 +315,13 @@ def test_the_loss_gets_each_packed_samples_length():
     loss = _SeqLensLoss()
     run_micro_batches(policy, loss, [mb], world=1)
     assert loss.seen == [[3, 5]]
+
+
+def test_plugin_metrics_average_over_the_rl_tokens_of_a_mixed_micro_batch():
+    policy = TinyPolicy()
+    mb = to_micro_batch(micro_batch([_sample([1, 2, 3]), _sample([4, 5, 6, 7], rl=0.0, ce=1.0)]), CPU)
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy, mb)
+    metrics = merge_stats([_plain(run_micro_batches(policy, _VectorMetricLoss(), [mb], world=1))])
+    # only the first sample's two predicted tokens are rl tokens; the ce sample's are not
+    assert metrics["loss/per_token"] == pytest.approx(float(-logp[1:3].mean()), rel=1e-5)

@@ -26,7 +26,7 @@ class TinyPolicy(torch.nn.Module):
         self.emb = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
         self.head = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
 
-    def forward(self, input_ids, position_ids, targets, temps, entropy=False):
+    def forward(self, input_ids, position_ids, targets, temps, entropy=False, bounds=None):
         h = self.emb[input_ids] * (1 + 0.1 * position_ids[..., None].float())
         return chunked_logprobs(h, self.head, targets, temps, chunk_size=4, entropy=entropy)
 

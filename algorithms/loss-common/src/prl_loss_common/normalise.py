@@ -57,13 +57,13 @@ def local_scales(
 ) -> Scales:
     """This micro-batch's contribution to the three denominators."""
     mask = rl_mask(loss_mask, rl_weights)
-    if rl_weights is None:
-        rl = float(mask.sum())
-    else:
-        rl = float(torch.where(mask, rl_weights.float(), 0.0).sum())
-    ce = float((ce_weights != 0).sum()) if ce_weights is not None else 0.0
-    ref_kl = float((ref_kl_weights != 0).sum()) if ref_kl_weights is not None else 0.0
-    return Scales(rl, ce, ref_kl)
+    rl = mask.float().sum() if rl_weights is None else torch.where(mask, rl_weights.float(), 0.0).sum()
+    zero = rl.new_zeros(())
+    ce = (ce_weights != 0).sum().float() if ce_weights is not None else zero
+    ref_kl = (ref_kl_weights != 0).sum().float() if ref_kl_weights is not None else zero
+    # one host read for the three (each float() would wait for the device on its own)
+    values = torch.stack([rl.double(), ce.double(), ref_kl.double()]).tolist()
+    return Scales(values[0], values[1], values[2])
 
 
 def global_scales(scales: Scales, group: object | None = None) -> Scales:
@@ -95,8 +95,13 @@ def component_losses(
     inputs: LossInputs,
     ce_weights: Tensor | None = None,
     ref_kl_weights: Tensor | None = None,
+    present: tuple[bool, bool, bool] | None = None,
 ) -> ComponentSums:
     """Run the rl loss and the fixed ce / ref_kl components on one micro-batch.
+
+    ``present`` (rl, ce, ref_kl: does the micro-batch have tokens for it, from
+    :func:`components_present`) lets a caller decide before the forward pass; without it
+    the tensors are asked here, which makes the host wait for the forward pass.
 
     The rl loss sees ``loss_mask`` already narrowed to its tokens (rl weight ≠ 0), so a
     custom loss need not re-derive it; it may return per-token losses or their sum. A
@@ -107,7 +112,10 @@ def component_losses(
     metrics: dict[str, Tensor] = {}
     rl = ce = ref_kl = anchor
     active = rl_mask(inputs.loss_mask, inputs.rl_weights)
-    if bool(active.any()):
+    if present is None:
+        present = components_present(inputs.loss_mask, inputs.rl_weights, ce_weights, ref_kl_weights)
+    has_rl, has_ce, has_ref_kl = present
+    if has_rl:
         # a shallow copy keeps any extra per-token inputs (e.g. score centering's
         # sampling-mask logprobs), which dataclasses.replace would drop
         narrowed = copy.copy(inputs)
@@ -115,15 +123,29 @@ def component_losses(
         out = loss(narrowed)
         rl = anchor + out.loss.sum()
         metrics.update(out.metrics)
-    if ce_weights is not None and bool((ce_weights != 0).any()):
+    if has_ce:
         out = ce_loss(inputs.trainer_logprobs, ce_weights)
         ce = anchor + out.loss.sum()
         metrics.update(out.metrics)
-    if ref_kl_weights is not None and bool((ref_kl_weights != 0).any()):
+    if has_ref_kl:
         out = ref_kl_loss(inputs.trainer_logprobs, inputs.inference_logprobs, inputs.ref_logprobs, ref_kl_weights)
         ref_kl = anchor + out.loss.sum()
         metrics.update(out.metrics)
     return ComponentSums(rl, ce, ref_kl, metrics)
+
+
+def components_present(
+    loss_mask: Tensor,
+    rl_weights: Tensor | None = None,
+    ce_weights: Tensor | None = None,
+    ref_kl_weights: Tensor | None = None,
+) -> tuple[bool, bool, bool]:
+    """Whether a micro-batch has rl, ce and ref_kl tokens (one host read for the three)."""
+    none = loss_mask.new_zeros((), dtype=torch.bool)
+    ce = (ce_weights != 0).any() if ce_weights is not None else none
+    ref_kl = (ref_kl_weights != 0).any() if ref_kl_weights is not None else none
+    flags = torch.stack([rl_mask(loss_mask, rl_weights).any(), ce, ref_kl]).tolist()
+    return flags[0], flags[1], flags[2]
 
 
 def normalise(sums: ComponentSums, scales: Scales) -> Tensor:

@@ -291,6 +291,9 @@ class ModelTrainConfig(PolicyModelConfig):
     """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
     activation_checkpointing: bool = False
     """Recompute activations in the backward pass."""
+    activation_checkpointing_freq: Annotated[int, Field(ge=1)] = 1
+    """With activation_checkpointing: recompute every N-th decoder layer only (1: all of
+    them). Layers in between keep their activations: less recompute, more memory."""
     optim_cpu_offload: bool = True
     """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs."""
     full_offload: bool = False

@@ -70,28 +70,41 @@ def _host(values: torch.Tensor) -> list:
 
 
 class AnnotationCollector:
-    """Builds this rank's annotation records of one step (see module docstring)."""
+    """Builds this rank's annotation records of one step (see module docstring).
+
+    ``add`` only keeps the micro-batch's tensors: copying them to the host there would make
+    the CPU wait for each forward pass before it can queue the backward. The records are
+    built in ``gather``, after every micro-batch of the step has been queued."""
 
     def __init__(self, rank: int, world: int, loss_name: str) -> None:
         self.rank, self.world, self.loss_name = rank, world, loss_name
         self.step = 0
-        self.records: list[dict[str, Any]] = []
+        self._pending: list[tuple[int, Any, torch.Tensor, torch.Tensor]] = []
 
     def begin(self, step: int) -> None:
         """Start step ``step`` with no records."""
-        self.step, self.records = step, []
+        self.step, self._pending = step, []
 
     def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
-        """One record per real sequence of micro-batch ``mb`` after its forward pass."""
+        """Keep micro-batch ``mb``'s forward results for its records (one per real sequence)."""
+        self._pending.append((micro_step, mb, logp.detach(), entropy.detach()))
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """This rank's records of the step so far."""
+        return [r for pending in self._pending for r in self._records(*pending)]
+
+    def _records(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> list[dict[str, Any]]:
         parts = list(sequences(mb))
         if not parts:  # a padding micro-batch: nothing to copy to the host
-            return
+            return []
         arrays = {
             "advantages": _host(mb.advantages),
             "trainer_logprobs": _host(logp),
             "entropies": _host(entropy),
             "loss_mask": _host(mb.loss_mask),
         }
+        out = []
         for seq in parts:
             branch: dict[str, Any] = {"index": seq.branch_index}
             for name, values in arrays.items():
@@ -101,7 +114,8 @@ class AnnotationCollector:
                 branch["trainer_logprobs"][0] = branch["entropies"][0] = None
             info = {"step": self.step, "rank": self.rank, "loss": self.loss_name, "env": seq.env_name}
             info["micro_step"] = micro_step
-            self.records.append({"version": VERSION, "trace_id": seq.trace_id, "info": info, "branches": [branch]})
+            out.append({"version": VERSION, "trace_id": seq.trace_id, "info": info, "branches": [branch]})
+        return out
 
     def gather(self) -> list[dict[str, Any]]:
         """Every rank's records of the step on rank 0, in rank order; [] on other ranks

@@ -7,7 +7,8 @@ the flash-attention kernel over the documents directly, given their cumulative l
 so no mask exists at all and no work is spent on cross-document blocks.
 
 ``PolicyModel`` computes the cumulative lengths once per forward from the position ids
-(``document_bounds``) and passes them down through transformers' attention kwargs
+(``document_bounds``; the RL step hands it ``host_document_bounds`` made with the
+micro-batch instead) and passes them down through transformers' attention kwargs
 (``cu_seq_lens_q``/``max_length_q``, the names its own flash path uses), so the attention
 calls of a step do not each synchronise with the GPU to rebuild them.
 
@@ -64,6 +65,20 @@ def document_bounds(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     # count stayed static until a row with a new count forced a recompile.
     torch._dynamo.maybe_mark_dynamic(cu, 0)
     return cu, int((bounds[1:] - bounds[:-1]).max())
+
+
+def host_document_bounds(position_ids, device: torch.device) -> tuple[torch.Tensor, int]:
+    """:func:`document_bounds` of one packed row's position ids given on the host (a list
+    or numpy array): the same values, found without asking the GPU. The trainer builds
+    them with the micro-batch, so no forward pass waits for the previous backward to
+    finish just to count documents."""
+    import numpy as np
+
+    pos = np.asarray(position_ids, dtype=np.int64).reshape(-1)
+    bounds = np.concatenate([[0], np.flatnonzero(pos[1:] == 0) + 1, [pos.size]])
+    cu = torch.from_numpy(bounds.astype(np.int32)).to(device)
+    torch._dynamo.maybe_mark_dynamic(cu, 0)
+    return cu, int(np.diff(bounds).max(initial=0))
 
 
 def _call_kwargs(params: set[str], scaling: float | None, head_dim: int, gqa: bool) -> dict:

@@ -89,14 +89,17 @@ class PolicyModel(nn.Module):
         temperature: torch.Tensor | float = 1.0,
         entropy: bool = False,
         replay: tuple[torch.Tensor, torch.Tensor] | None = None,
+        bounds: tuple[torch.Tensor, int] | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """(logp, entropy) of ``targets``; with ``replay = (ids, valid)`` (the sampling masks,
         [B, T, K], aligned with ``targets``) also the kept-set logprobs and the mask mismatch
         flags of :func:`prl_trainer_torch.replay.replay_logprobs`, with logp renormalised over
-        the kept set where the target is in it."""
+        the kept set where the target is in it. ``bounds`` (the documents' cumulative
+        lengths and the longest, as :func:`document_bounds` gives them) saves computing them
+        from ``position_ids`` on the GPU."""
         kwargs = {}
         if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
-            cu, longest = document_bounds(position_ids)
+            cu, longest = bounds if bounds is not None else document_bounds(position_ids)
             kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
         out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
         weight = self.hf.get_output_embeddings().weight
@@ -149,14 +152,20 @@ def parallelize(
     chunk_size: int = DEFAULT_CHUNK,
     compile: bool | None = None,
     dp: tuple[int, int] | None = None,
+    ac_freq: int = 1,
 ) -> PolicyModel:
-    """Move to the device, turn on activation checkpointing, compile each decoder layer,
-    shard with FSDP2 when world > 1 over ``dp = (replicas, shards)`` (default: one replica)."""
+    """Move to the device, turn on activation checkpointing (every ``ac_freq``-th decoder
+    layer), compile each decoder layer, shard with FSDP2 when world > 1 over
+    ``dp = (replicas, shards)`` (default: one replica)."""
     hf.to(dist.device)
     if activation_checkpointing:
         # Non-reentrant checkpointing composes with FSDP2's per-layer unshard hooks.
         hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for i, layer in enumerate(decoder_layers(hf)):
+            # transformers checks this flag per layer on every call
+            layer.gradient_checkpointing = i % ac_freq == 0
     if compile if compile is not None else compile_default(dist.device):
+        _no_size_guarded_fusions()
         for layer in decoder_layers(hf):
             # Dynamic from the first compile: a row's length, its document count and its
             # longest document change every row. Compiled static, each recompiles the
@@ -180,6 +189,19 @@ def parallelize(
             fully_shard(layer, mesh=mesh, mp_policy=mp)
         fully_shard(policy, mesh=mesh, mp_policy=mp)
     return policy
+
+
+def _no_size_guarded_fusions() -> None:
+    """Inductor's mixed-order reduction fusion (the RMSNorm backward on GPU) is taken only
+    for rows of at least 5 Mi elements, and the check becomes a guard on the row length:
+    on an H200 a later, shorter row (under 5,120 tokens at hidden size 1024) recompiled the
+    layers (about 6 s at step 5 of a 10-step SFT). Non-strict mode decides without that size
+    check, so one dynamic graph serves short rows too. Not measured on a GPU since."""
+    import torch._inductor.config as inductor
+
+    triton = getattr(inductor, "triton", None)
+    if hasattr(triton, "mix_order_reduction_non_strict_mode"):
+        triton.mix_order_reduction_non_strict_mode = True
 
 
 def count_params(hf: nn.Module) -> tuple[int, int]:

@@ -120,7 +120,9 @@ class RLRun:
         self.shape = (self.hf.config.num_hidden_layers, self.hf.config.hidden_size)
         self.peak = peak_flops(self.dist.device)
         dp = mcfg.data_parallel(self.dist.world)
-        self.policy = parallelize(self.hf, self.dist, mcfg.activation_checkpointing, dp=dp)
+        self.policy = parallelize(
+            self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
+        )
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, RL_WEIGHT_DECAY, config.model, self.dist.device

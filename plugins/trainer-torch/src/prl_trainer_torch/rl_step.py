@@ -43,12 +43,22 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as tdist
-from prl_loss_common import component_losses, global_scales, local_scales, mismatch_kl, normalise, rl_mask
+from prl_loss_common import (
+    component_losses,
+    components_present,
+    global_scales,
+    local_scales,
+    mismatch_kl,
+    normalise,
+    rl_mask,
+)
 
 from prl.config.errors import ConfigError
 from prl.contracts.loss import Loss, LossInputs
+from prl_trainer_torch.attention import host_document_bounds
 from prl_trainer_torch.replay import pad_masks
 
 FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
@@ -81,6 +91,8 @@ class MicroBatch:
     mask_ids: torch.Tensor | None = None
     mask_valid: torch.Tensor | None = None
     mask_inference: torch.Tensor | None = None
+    # documents' cumulative lengths and the longest, found on the host (attention.host_document_bounds)
+    bounds: tuple[torch.Tensor, int] | None = None
 
 
 @dataclass
@@ -96,9 +108,10 @@ class TokenOut:
 def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
     masks = _sampling_masks(raw, device)
-    pos = torch.tensor(raw["position_ids"], dtype=torch.long, device=device)
+    positions = np.asarray(raw["position_ids"], dtype=np.int64)
+    pos = torch.from_numpy(positions).to(device)
     has_pred = pos != 0
-    fields = {k: torch.tensor(raw[k], dtype=torch.float32, device=device) for k in FLOAT_FIELDS}
+    fields = {k: _tensor(raw[k], torch.float32, device) for k in FLOAT_FIELDS}
     _renormalise_sampler(fields, masks)
     # Weights of tokens without a prediction are zeroed so they leave the scales too.
     for k in ("rl_weights", "ce_weights", "ref_kl_weights"):
@@ -111,10 +124,10 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         torch.tensor(raw["seq_lens"], dtype=torch.long),
     ).to(device)
     return MicroBatch(
-        input_ids=torch.tensor(raw["input_ids"], dtype=torch.long, device=device),
+        input_ids=_tensor(raw["input_ids"], torch.long, device),
         position_ids=pos,
-        loss_mask=torch.tensor(raw["loss_mask"], dtype=torch.bool, device=device) & has_pred,
-        ref_logprobs=torch.tensor(ref, dtype=torch.float32, device=device) if ref is not None else None,
+        loss_mask=_tensor(raw["loss_mask"], torch.bool, device) & has_pred,
+        ref_logprobs=_tensor(ref, torch.float32, device) if ref is not None else None,
         env_ids=env_ids,
         env_names=names,
         # padding micro-batches (all-false loss mask) train nothing and count no tokens
@@ -123,9 +136,19 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         seq_env_names=list(raw["env_names"]),
         trace_ids=raw.get("trace_ids"),
         branch_indices=raw.get("branch_indices"),
+        bounds=host_document_bounds(positions, device),
         **masks,
         **fields,
     )
+
+
+_NUMPY = {torch.long: np.int64, torch.float32: np.float32, torch.bool: np.bool_}
+
+
+def _tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A msgpack list as a tensor on ``device``. Through numpy: ``torch.tensor`` checks every
+    element of a Python list and is about 3x slower, a cost paid on every token of every step."""
+    return torch.from_numpy(np.asarray(values, dtype=_NUMPY[dtype])).to(device)
 
 
 def _sampling_masks(raw: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor | None]:
@@ -179,11 +202,13 @@ def forward_tokens(policy, mb: MicroBatch) -> TokenOut:
     if mb.mask_ids is not None:
         # token i's mask describes the prediction made at position i − 1, like its target
         extra["replay"] = (torch.roll(mb.mask_ids, -1, 0)[None], torch.roll(mb.mask_valid, -1, 0)[None])
+    if mb.bounds is not None:
+        extra["bounds"] = mb.bounds
     outs = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True, **extra)
     keep = mb.position_ids != 0
     logp, ent = (_shift(t[0], keep) for t in outs[:2])
     out = TokenOut(logp, ent.detach())
-    if extra:
+    if "replay" in extra:
         mask_logp = torch.cat([outs[2].new_full((1, outs[2].shape[-1]), float("-inf")), outs[2][0, :-1]])
         out.mask_logp = torch.where(keep[:, None], mask_logp, torch.full_like(mask_logp, float("-inf")))
         out.mask_mismatch = _shift(outs[3][0], keep)
@@ -199,34 +224,37 @@ def _shift(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StepStats:
-    """Sums this rank accumulates over its micro-batches (reduced over ranks at the end)."""
+    """Sums this rank accumulates over its micro-batches (reduced over ranks at the end).
 
-    loss: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    plugin: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    plugin_weight: float = 0.0
-    # per env (and "all"): entropy sum, mismatch-kl sum, token count, entropy square sum, entropy max
-    per_env: dict[str, list[float]] = field(default_factory=lambda: defaultdict(lambda: [0.0] * 5))
+    Values are device tensors (or 0.0 before the first micro-batch): reading one on the host
+    would make the CPU wait for the GPU between micro-batches, so nothing is read until
+    :func:`_plain` copies them all in one transfer after the step."""
+
+    loss: dict[str, Any] = field(default_factory=lambda: defaultdict(float))
+    plugin: dict[str, Any] = field(default_factory=lambda: defaultdict(float))
+    plugin_weight: Any = 0.0
+    # per env (and "all"): [entropy sum, mismatch-kl sum, token count, entropy square sum, entropy max]
+    per_env: dict[str, Any] = field(default_factory=dict)
     tokens: float = 0.0
-    nonfinite: float = 0.0
+    nonfinite: Any = 0.0
     # sampling replay: loss tokens with a sampling mask, and those whose mask the trainer disputes
-    replay_tokens: float = 0.0
-    replay_mismatch: float = 0.0
+    replay_tokens: Any = 0.0
+    replay_mismatch: Any = 0.0
 
     def add_tokens_stats(self, mb: MicroBatch, entropy: torch.Tensor, mkl: torch.Tensor) -> None:
-        mask = mb.loss_mask
-        for i, name in enumerate(mb.env_names):
-            sel = mask & (mb.env_ids == i)
-            count = float(sel.sum())
-            if count == 0:
-                continue
-            ent = entropy[sel].double()
-            for key in ("all", name):
-                acc = self.per_env[key]
-                acc[0] += float(ent.sum())
-                acc[1] += float(mkl[sel].sum())
-                acc[2] += count
-                acc[3] += float((ent * ent).sum())
-                acc[4] = max(acc[4], float(ent.max()))
+        """Entropy and mismatch-KL sums of ``mb``'s loss tokens, per env, without a host sync
+        (masked sums and index_add over env ids, never boolean indexing)."""
+        mask, ids, n = mb.loss_mask, mb.env_ids, len(mb.env_names)
+        ent = torch.where(mask, entropy.detach().double(), 0.0)
+        columns = (ent, torch.where(mask, mkl.detach().double(), 0.0), mask.double(), ent * ent)
+        sums = torch.stack([ent.new_zeros(n).index_add_(0, ids, c) for c in columns], 1)
+        high = torch.where(mask, entropy.detach().double(), -math.inf)
+        top = ent.new_full((n,), -math.inf).scatter_reduce_(0, ids, high, "amax")
+        rows = torch.cat([sums, top[:, None]], 1)  # [envs, 5]
+        every = torch.cat([sums.sum(0), top.max()[None]])
+        for key, row in (("all", every), *((name, rows[i]) for i, name in enumerate(mb.env_names))):
+            acc = self.per_env.get(key)
+            self.per_env[key] = row if acc is None else torch.cat([acc[:4] + row[:4], torch.maximum(acc[4:], row[4:])])
 
 
 def run_micro_batches(
@@ -242,6 +270,8 @@ def run_micro_batches(
     scales = global_scales(
         sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs)
     )
+    # Decided before any forward pass is queued: asked later, each answer would wait for one.
+    present = [components_present(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs]
     stats = StepStats()
     for micro_step, mb in enumerate(mbs):
         out = forward_tokens(policy, mb)
@@ -259,39 +289,44 @@ def run_micro_batches(
             inference_mask_logprobs=mb.mask_inference,
             seq_lens=mb.seq_lens,
         )
-        sums = component_losses(loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights)
+        sums = component_losses(
+            loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights, present=present[micro_step]
+        )
         loss = normalise(sums, scales)
-        if not torch.isfinite(loss):
-            stats.nonfinite += 1
+        stats.nonfinite += (~torch.isfinite(loss.detach())).double()
         if before_last_backward is not None and micro_step == len(mbs) - 1:
             before_last_backward()
         (loss * world).backward()
-        _accumulate(stats, sums, scales, mb, logp.detach(), entropy)
+        _accumulate(stats, sums, scales, mb, logp.detach(), entropy, has_rl=present[micro_step][0])
         if out.mask_mismatch is not None:
             masked = mb.loss_mask & mb.mask_valid.any(-1)
-            stats.replay_tokens += float(masked.sum())
-            stats.replay_mismatch += float((out.mask_mismatch & masked).sum())
+            stats.replay_tokens += masked.sum().double()
+            stats.replay_mismatch += (out.mask_mismatch & masked).sum().double()
     return stats
 
 
-def _accumulate(stats: StepStats, sums, scales, mb: MicroBatch, logp: torch.Tensor, entropy: torch.Tensor) -> None:
+def _accumulate(
+    stats: StepStats, sums, scales, mb: MicroBatch, logp: torch.Tensor, entropy: torch.Tensor, has_rl: bool
+) -> None:
+    """Add one micro-batch to ``stats`` (device tensors; ``has_rl``: it has rl tokens)."""
     for name, total, scale in (
         ("rl", sums.rl, scales.rl),
         ("ce", sums.ce, scales.ce),
         ("ref_kl", sums.ref_kl, scales.ref_kl),
     ):
-        value = float(total.detach()) / (scale if scale > 0 else 1.0)
+        value = total.detach().double() / (scale if scale > 0 else 1.0)
         stats.loss[name] += value
         stats.loss["all"] += value
-    rl_tokens = rl_mask(mb.loss_mask, mb.rl_weights)
-    weight = float(rl_tokens.sum())
-    if weight > 0:
+    if has_rl:  # loss-plugin metrics are weighted by rl tokens: a micro-batch without any adds nothing
+        rl_tokens = rl_mask(mb.loss_mask, mb.rl_weights)
+        weight = rl_tokens.sum().double()
         for name, value in sums.metrics.items():
             if not torch.is_tensor(value):
                 continue
+            value = value.detach().double()
             if value.numel() != 1:  # a per-token metric (LossOutputs): its mean over the rl tokens
-                value = value.detach()[rl_tokens].float().mean()
-            stats.plugin[name] += float(value.detach()) * weight
+                value = torch.where(rl_tokens, value, 0.0).sum() / weight
+            stats.plugin[name] += value.reshape(()) * weight
         stats.plugin_weight += weight
     mkl = mismatch_kl(logp - mb.inference_logprobs)
     stats.add_tokens_stats(mb, entropy, mkl)
@@ -345,9 +380,21 @@ def merge_stats(ranks: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _plain(stats: StepStats) -> dict[str, Any]:
-    return {
-        "loss": dict(stats.loss), "plugin": dict(stats.plugin),
-        "per_env": {k: list(v) for k, v in stats.per_env.items()},
+    """``stats`` as plain floats (one device-to-host copy for every tensor in it); envs
+    without loss tokens are left out."""
+    plain: dict[str, Any] = {
+        "loss": dict(stats.loss), "plugin": dict(stats.plugin), "per_env": dict(stats.per_env),
         "plugin_weight": stats.plugin_weight, "tokens": stats.tokens, "nonfinite": stats.nonfinite,
         "replay_tokens": stats.replay_tokens, "replay_mismatch": stats.replay_mismatch,
     }  # fmt: skip
+    slots = [(d, k) for d in (plain, plain["loss"], plain["plugin"], plain["per_env"]) for k in d]
+    slots = [(d, k) for d, k in slots if torch.is_tensor(d[k])]
+    if slots:
+        flat = torch.cat([d[k].reshape(-1).double() for d, k in slots]).tolist()
+        at = 0
+        for d, k in slots:
+            size = d[k].numel()
+            d[k] = flat[at : at + size] if d is plain["per_env"] else flat[at]
+            at += size
+    plain["per_env"] = {k: v for k, v in plain["per_env"].items() if v[2] > 0}
+    return plain

@@ -83,7 +83,9 @@ class SFTRun:
         self.shape = (hf.config.num_hidden_layers, hf.config.hidden_size)
         self.hf = hf
         dp = mcfg.data_parallel(self.dist.world)
-        self.policy = parallelize(hf, self.dist, mcfg.activation_checkpointing, dp=dp)
+        self.policy = parallelize(
+            hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
+        )
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY, config.model, self.dist.device
