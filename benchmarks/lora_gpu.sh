@@ -65,12 +65,19 @@ EOF
 pass "merged export computes the adapted model"
 
 echo "== LoRA RL on $device ($rl_steps steps, torch inference backend)"
-prl rl @ examples/reverse-text/rl.toml --model.name "$model" "${lora[@]}" --max-steps "$rl_steps" \
-  --output-dir "$out" --run.name lora-rl --clean --no-ckpt --no-dashboard --orchestrator.deterministic \
-  --env-vars '{"OMP_NUM_THREADS": "4"}' --orchestrator.batch-size 64 --orchestrator.train.group-size 8 \
-  --orchestrator.train.sampling.max-completion-tokens 64 --seq-len 1024 \
-  --inference.backend.device "$device" --inference.backend.dtype "$dtype" --trainer.optim.lr 1e-4
 logs="$out/lora-rl/logs/attempt_1"
+# Small steps: this half checks that adapters are published, served and trained on, not
+# learning; the torch engine makes ~200 tokens/s inside a run on an H200 (benchmarks/gpu_rl.md).
+# RL_LIMIT bounds the run, so a stuck run still prints its components' last log lines.
+timeout "${RL_LIMIT:-900}" prl rl @ examples/reverse-text/rl.toml --model.name "$model" "${lora[@]}" \
+  --max-steps "$rl_steps" --output-dir "$out" --run.name lora-rl --clean --no-ckpt --no-dashboard \
+  --orchestrator.deterministic --env-vars '{"OMP_NUM_THREADS": "4"}' --orchestrator.batch-size 32 \
+  --orchestrator.train.group-size 8 --orchestrator.train.sampling.max-completion-tokens 32 --seq-len 1024 \
+  --inference.backend.device "$device" --inference.backend.dtype "$dtype" --trainer.optim.lr 1e-4 || {
+  code=$?
+  for f in "$logs"/*.log; do echo "== $f"; tail -n 25 "$f"; done
+  fail "prl rl exited $code (124: stopped after RL_LIMIT=${RL_LIMIT:-900} s); its logs' last lines are above"
+}
 served=$(grep -c "serving LoRA adapter 'prl-lora'" "$logs/inference.log" || true)
 [ "$served" = $((rl_steps + 1)) ] || fail "inference loaded $served adapters, expected $((rl_steps + 1))"
 pass "inference loaded the adapter of versions 0..$rl_steps"

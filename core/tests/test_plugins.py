@@ -14,7 +14,7 @@ from prl import hookimpl
 from prl.config.components import TrainerConfig
 from prl.contracts import LossConfig, Monitor, MonitorConfig
 from prl.plugins import LOSSES, PluginError, get_registry
-from prl.testing.fakes import DuplicatePlugin, FakeLoss
+from prl.testing.fakes import DuplicatePlugin, FakeLoss, FakePlugin
 
 
 def test_classes_keyed_by_tag(fake_plugins):
@@ -132,3 +132,19 @@ class _FieldMonitor(Monitor):
 
     def log(self, metrics, step):  # pragma: no cover - build() refuses before construction
         pass
+
+
+def test_unregistering_removes_every_plugin_before_the_configs_are_rebuilt(monkeypatch):
+    import prl.plugins as plugins
+
+    plugins.register_inline(FakePlugin(), "fake-first", "prl-fake-first")
+    plugins.register_inline(_DefaultsPlugin(), "defaults-second", "prl-greedy-second")
+    seen = []
+    monkeypatch.setattr(plugins, "rebuild_configs", lambda: seen.append(sorted(get_registry().plugins)))
+    plugins.unregister_inline("defaults-second", "fake-first")
+    # one rebuild, and it saw neither: a rebuild in between could meet the two conflicting
+    # defaults (ipo and greedy_default), fail, and leave the second one registered
+    assert len(seen) == 1 and not {"fake-first", "defaults-second"} & set(seen[0])
+    monkeypatch.undo()
+    plugins.rebuild_configs()
+    assert "greedy_default" not in get_registry().classes(LOSSES)

@@ -232,10 +232,16 @@ def register_inline(module: Any, name: str, dist: str = "inline") -> None:
         pass  # e.g. a duplicate tag: reported by the next registry lookup or validation
 
 
-def unregister_inline(name: str) -> None:
+def unregister_inline(*names: str) -> None:
+    """Undo :func:`register_inline` for every name, then recompose the configs once.
+
+    All of them go before the rebuild: rebuilding between two removals can meet the
+    plugins still registered in conflict (two declared defaults) and fail, which would
+    leave the rest registered for whatever runs next in the process."""
     registry = get_registry()
-    if registry.pm.has_plugin(name):
-        registry.pm.unregister(name=name)
-    registry.plugins.pop(name, None)
+    for name in names:
+        if registry.pm.has_plugin(name):
+            registry.pm.unregister(name=name)
+        registry.plugins.pop(name, None)
     registry._classes.clear()
     rebuild_configs()

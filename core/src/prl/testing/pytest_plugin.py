@@ -19,8 +19,8 @@ def register_plugin():
     try:
         yield _register
     finally:
-        for name in names:
-            unregister_inline(name)
+        if names:
+            unregister_inline(*reversed(names))
 
 
 def _prl_environment() -> dict[str, str]:
