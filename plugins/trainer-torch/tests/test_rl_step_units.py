@@ -325,3 +325,10 @@ def test_plugin_metrics_average_over_the_rl_tokens_of_a_mixed_micro_batch():
     metrics = merge_stats([_plain(run_micro_batches(policy, _VectorMetricLoss(), [mb], world=1))])
     # only the first sample's two predicted tokens are rl tokens; the ce sample's are not
     assert metrics["loss/per_token"] == pytest.approx(float(-logp[1:3].mean()), rel=1e-5)
+
+
+def test_a_missing_value_in_a_batch_field_is_refused_not_read_as_nan():
+    raw = micro_batch([_sample([1, 2, 3])])
+    raw["advantages"][1] = None
+    with pytest.raises(TypeError, match=r"not a number \(a null\?\); expected torch.float32"):
+        to_micro_batch(raw, CPU)

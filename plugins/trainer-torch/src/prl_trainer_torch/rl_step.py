@@ -148,7 +148,10 @@ _NUMPY = {torch.long: np.int64, torch.float32: np.float32, torch.bool: np.bool_}
 def _tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A msgpack list as a tensor on ``device``. Through numpy: ``torch.tensor`` checks every
     element of a Python list and is about 3x slower, a cost paid on every token of every step."""
-    return torch.from_numpy(np.asarray(values, dtype=_NUMPY[dtype])).to(device)
+    array = np.asarray(values)
+    if array.dtype == object:  # numpy would turn a None into NaN without a word; torch refuses
+        raise TypeError(f"a batch field holds a value that is not a number (a null?); expected {dtype}")
+    return torch.from_numpy(array.astype(_NUMPY[dtype])).to(device)
 
 
 def _sampling_masks(raw: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor | None]:
