@@ -84,3 +84,46 @@ def test_auto_renderer_with_an_unmapped_model_fails_at_dry_run(tmp_path, hf_cach
     assert not (tmp_path / "r").exists()
     # naming a renderer is the fix the message gives
     assert _rl(tmp_path, "--model.name", "org/Unmapped", "--orchestrator.renderer.name", "default").exit_code == 0
+
+
+def _dumped_rl(tmp_path, *flags: str):
+    """The whole resolved config as the SLURM launcher writes it (resolved/rl.json)."""
+    from prl.config.resolve import resolve
+    from prl.config.roots import RLConfig
+
+    argv = ["--output-dir", str(tmp_path / "a"), "--run.name", "r", "--orchestrator.train.source", SRC, *flags]
+    path = tmp_path / "rl.json"
+    path.write_text(resolve(RLConfig, argv).config.model_dump_json(indent=2))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "trainer_path"),
+    [
+        ("--max-steps", "7", ("max_steps",)),
+        ("--run.name", "r2", ("run", "name")),
+        ("--seq-len", "640", ("model", "seq_len")),
+    ],
+)
+def test_a_dumped_rl_config_loads_back_with_a_shared_field_changed(tmp_path, flag, value, trainer_path):
+    # rl.json carries each shared value's copies in the components; a flag that changes the
+    # shared value replaces those copies instead of clashing with them
+    dumped = _dumped_rl(tmp_path, "--max-steps", "3", "--seq-len", "512")
+    out = tmp_path / "b"
+    argv = ["rl", f"@{dumped}", "--output-dir", str(out), "--dry-run", flag, value]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    name = value if flag == "--run.name" else "r"
+    for component in ("trainer", "orchestrator"):
+        node = json.loads((out / name / "configs" / "latest" / "resolved" / f"{component}.json").read_text())
+        path = trainer_path if component == "trainer" or trainer_path[0] != "model" else ("seq_len",)
+        for part in path:
+            node = node[part]
+        assert str(node) == value, (component, node)
+
+
+def test_a_dumped_rl_config_still_refuses_a_component_value_that_disagrees(tmp_path):
+    dumped = _dumped_rl(tmp_path, "--max-steps", "3")
+    argv = ["rl", f"@{dumped}", "--output-dir", str(tmp_path / "b"), "--dry-run"]
+    result = CliRunner().invoke(app, [*argv, "--max-steps", "7", "--trainer.max-steps", "5"])
+    _usage_error(result, "max_steps='7' vs trainer.max_steps='5'")

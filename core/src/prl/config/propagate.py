@@ -2,7 +2,9 @@
 
 A shared value is only a default: it fills a sub-config field the user left unset. An
 explicit sub-config value that disagrees is an error listing every pair; equal values are
-accepted so a dumped config loads back. ``resume`` and ``weight_broadcast`` are copied over.
+accepted so a dumped config loads back, and a later layer that changes a shared value
+replaces the copies a dumped config carries (``release_overridden``). ``resume`` and
+``weight_broadcast`` are copied over.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str
     current = _get(data, target)
     if current is _MISSING:
         _set(data, target, copy.deepcopy(value))
-    elif current != value and str(current) != str(value):
+    elif not _same(current, value):
         conflicts.append(f"{source}={value!r} vs {target}={current!r}")
 
 
@@ -136,6 +138,51 @@ def propagate_shared(raw: dict) -> dict:
     if conflicts:
         raise ValueError("Shared config conflicts with matching sub-config field(s): " + "; ".join(conflicts))
     return data
+
+
+def release_overridden(lower: dict, upper: dict) -> dict:
+    """``lower`` without the component copies of the shared values that ``upper`` sets again.
+
+    A dumped RLConfig (the SLURM launcher's ``resolved/rl.json``) holds each shared value at
+    the top and again in every component it reached. When a later layer (a file to its
+    right, a flag) changes the shared value, a component value equal to ``lower``'s shared
+    value is such a copy: it goes, and propagation fills it from the new value. A component
+    value that differs was set on purpose and still meets the conflict check.
+    """
+    out = copy.deepcopy(lower)
+    for shared, targets in _shared_pairs(lower):
+        old = _get(lower, shared)
+        if old is _MISSING or _get(upper, shared) is _MISSING:
+            continue
+        for target in targets:
+            current = _get(lower, target)
+            if current is not _MISSING and _get(upper, target) is _MISSING and _same(current, old):
+                _delete(out, target)
+    return out
+
+
+def _shared_pairs(data: dict) -> list[tuple[str, list[str]]]:
+    """(shared path, component paths) for every shared value ``data`` may have copied."""
+    pairs = [*_LEAVES, ("run", ["trainer.run", "orchestrator.run", "inference.run"])]
+    sections = ["ckpt", "slurm"]
+    monitors = data.get("monitors")
+    sections += [f"monitors.{key}" for key in (monitors if isinstance(monitors, dict) else {})]
+    for section in sections:
+        value = _get(data, section)
+        for name in value if isinstance(value, dict) else {}:
+            pairs.append((f"{section}.{name}", [f"{c}.{section}.{name}" for c in _section_components(section)]))
+    return pairs
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or str(a) == str(b)
+
+
+def _delete(data: dict, path: str) -> None:
+    *parents, last = path.split(".")
+    node = _get(data, ".".join(parents)) if parents else data
+    if isinstance(node, dict):
+        node.pop(last, None)
 
 
 def _propagate_sections(data: dict, conflicts: list[str]) -> None:

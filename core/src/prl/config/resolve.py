@@ -24,11 +24,24 @@ class Resolved:
     merged: dict[str, Any]
 
 
-def merge_sources(parsed: ParsedArgs, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Defaults < root files (left to right) < section files < CLI flags."""
+def merge_sources(
+    parsed: ParsedArgs,
+    extra: dict[str, Any] | None = None,
+    release: Callable[[dict, dict], dict] | None = None,
+) -> dict[str, Any]:
+    """Defaults < root files (left to right) < section files < CLI flags.
+
+    ``release(lower, upper)``, where the root config has one (``layer_release``), prepares
+    each layer before the next is merged on top (RL: copies of shared values that the next
+    layer changes are dropped).
+    """
+
+    def over(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
+        return deep_merge(release(lower, upper) if release else lower, upper)
+
     data: dict[str, Any] = {}
     for path in parsed.root_files:
-        data = deep_merge(data, none_strings(normalize_keys(load_file(path))))
+        data = over(data, none_strings(normalize_keys(load_file(path))))
     for section, path in parsed.section_files:
         loaded = none_strings(normalize_keys(load_file(path)))
         node = data
@@ -39,8 +52,8 @@ def merge_sources(parsed: ParsedArgs, extra: dict[str, Any] | None = None) -> di
         current = node.get(section[-1])
         node[section[-1]] = deep_merge(current, loaded) if isinstance(current, dict) else loaded
     if extra:
-        data = deep_merge(data, extra)
-    return deep_merge(data, parsed.overrides)
+        data = over(data, extra)
+    return over(data, parsed.overrides)
 
 
 def resolve(
@@ -55,7 +68,7 @@ def resolve(
         if positionals is None:
             raise ConfigError(f"Unrecognized arguments: {' '.join(parsed.positionals)}")
         extra = positionals(parsed.positionals, parsed.overrides)
-    merged = merge_sources(parsed, extra)
+    merged = merge_sources(parsed, extra, getattr(root, "layer_release", None))
     if parsed.help:
         return Resolved(None, parsed, merged)
     return Resolved(validate(root, merged), parsed, merged)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -20,7 +21,7 @@ from prl.config.components import (
 )
 from prl.config.errors import ConfigError
 from prl.config.monitors import MonitorsSection, check_run_wide
-from prl.config.propagate import propagate_shared
+from prl.config.propagate import propagate_shared, release_overridden
 from prl.config.replay import check_sampling_replay
 from prl.config.sections import (
     CkptConfig,
@@ -131,6 +132,10 @@ class RLConfig(CommonRunFields):
     """Weight transport, copied to every component."""
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport (shared)."""
+
+    # merge_sources calls this between layers: a dumped config's copies of a shared value
+    # give way when a later file or flag changes it
+    layer_release: ClassVar[Callable[[dict, dict], dict]] = staticmethod(release_overridden)
 
     @model_validator(mode="before")
     @classmethod
