@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from prl.testing.configs import tiny_rl_toml
+from prl.testing.configs import VLLM_CPU_FLAGS, tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -78,16 +78,9 @@ def test_lora_only_under_the_trainer_is_refused(tmp_path, capsys):
     assert result.exit_code == 2 and len(err) == 1 and "set LoRA once under [model.lora]" in err[0], err
 
 
-VLLM = [
-    *("--inference.backend.type", "vllm", "--inference.backend.dtype", "float32"),
-    *("--inference.backend.enforce-eager", "--inference.backend.gpu-memory-utilization", "0.3"),
-    *("--inference.env-vars", '{"VLLM_CPU_KVCACHE_SPACE": "1"}'),
-]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "backend", [pytest.param([], id="torch"), pytest.param(VLLM, marks=pytest.mark.vllm, id="vllm")]
+    "backend", [pytest.param([], id="torch"), pytest.param(VLLM_CPU_FLAGS, marks=pytest.mark.vllm, id="vllm")]
 )
 def test_lora_rl_serves_each_published_adapter(tmp_path, capsys, tiny, backend):
     from prl.cli.commands import cmd_rl

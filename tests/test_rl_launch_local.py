@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from prl.testing.configs import tiny_rl_toml
+from prl.testing.configs import VLLM_CPU_FLAGS, tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -26,20 +26,13 @@ def _rl_toml(tmp_path):
     return tiny_rl_toml(tmp_path, model, {"ckpt": {}})
 
 
-VLLM = [
-    *("--inference.backend.type", "vllm", "--inference.backend.dtype", "float32"),
-    *("--inference.backend.enforce-eager", "--inference.backend.gpu-memory-utilization", "0.3"),
-    *("--inference.env-vars", '{"VLLM_CPU_KVCACHE_SPACE": "1"}'),
-]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("transport", "weights", "backend"),
     [
         ("filesystem", "filesystem", []),
         ("zmq", "nccl", []),
-        pytest.param("filesystem", "nccl", VLLM, marks=pytest.mark.vllm, id="vllm-nccl"),
+        pytest.param("filesystem", "nccl", VLLM_CPU_FLAGS, marks=pytest.mark.vllm, id="vllm-nccl"),
     ],
 )
 def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys, transport, weights, backend):

