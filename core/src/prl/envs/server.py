@@ -5,6 +5,12 @@ The JSON file holds a :class:`prl.config.components.SourceConfig`. The server bi
 the config file (write-then-rename, so a reader never sees a partial address), and serves
 until SIGTERM/SIGINT. A taskset with a protocol of its own provides
 ``serve(host, on_bound)``; any other taskset is served with prl's JSON protocol.
+
+A server that an orchestrator spawned (``$PRL_ENV_SERVER_PARENT`` holds the orchestrator's
+pid) also stops when that orchestrator is gone: killed outright (SIGKILL, the OOM killer)
+it cannot stop its children, and the launcher signals only the processes it started, so
+an orphaned server would live on with its port and memory. A server started by hand has no
+parent to watch.
 """
 
 from __future__ import annotations
@@ -12,17 +18,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from prl.config.components import SourceConfig
 from prl.envs.protocol import ProtocolServer
-from prl.envs.source import build_taskset
+from prl.envs.source import PARENT_ENV, build_taskset
 from prl.fsutil import write_atomic
 from prl.logs import setup_logging
 
 log = logging.getLogger("prl.env-server")
+PARENT_POLL_S = 1.0
 
 
 def publish_address(address_file: Path, address: str) -> None:
@@ -43,6 +51,15 @@ async def serve(source: SourceConfig, address_file: Path, host: str = "127.0.0.1
         await ProtocolServer(taskset, source.name, source.env.timeout).serve(host, on_bound)
 
 
+async def watch_parent(parent: int, stop: asyncio.Task, poll_s: float = PARENT_POLL_S) -> None:
+    """Cancel ``stop`` once this process's parent is no longer ``parent`` (it died and this
+    process was handed to init or a subreaper)."""
+    while os.getppid() == parent:
+        await asyncio.sleep(poll_s)
+    log.warning("env server: the orchestrator that started it (pid %d) is gone; stopping", parent)
+    stop.cancel()
+
+
 def main(config_path: str | Path) -> int:
     path = Path(config_path)
     # Level and format come from the spawning component ($PRL_LOG_LEVEL, $PRL_JSON_LOGGING).
@@ -54,11 +71,16 @@ def main(config_path: str | Path) -> int:
     main_task = loop.create_task(serve(source, address_file))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, main_task.cancel)
+    parent = os.environ.get(PARENT_ENV, "")
+    watcher = loop.create_task(watch_parent(int(parent), main_task)) if parent.isdigit() else None
     try:
         loop.run_until_complete(main_task)
     except asyncio.CancelledError:
         log.info("env server for source '%s' stopped", source.name)
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            loop.run_until_complete(asyncio.gather(watcher, return_exceptions=True))
         address_file.unlink(missing_ok=True)
         loop.close()
     return 0

@@ -50,6 +50,10 @@ from prl.types import Sampling, Trace
 log = logging.getLogger(__name__)
 
 
+# Set in a spawned env server's environment to this process's pid (prl.envs.server).
+PARENT_ENV = "PRL_ENV_SERVER_PARENT"
+
+
 class EnvServerDied(RuntimeError):
     """The env server of a source is gone; ``source`` names it."""
 
@@ -158,6 +162,8 @@ class EnvSource:
         env = {**os.environ, **child_log_env()}
         # The server's own tools (e.g. uv for verifiers harnesses) live next to this Python.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        # The server stops when this process is gone, even killed outright (server.py).
+        env[PARENT_ENV] = str(os.getpid())
         self._process = subprocess.Popen(cmd, stdout=self._log_target(), stderr=subprocess.STDOUT, env=env)
         log.info("env server of source '%s' started (pid %d): %s", self.name, self._process.pid, " ".join(cmd))
         # Listed with the launcher's processes, so the stall watchdog and users find it.
