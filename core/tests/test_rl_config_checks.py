@@ -98,14 +98,16 @@ def _dumped_rl(tmp_path, *flags: str):
 
 
 @pytest.mark.parametrize(
-    ("flag", "value", "trainer_path"),
+    ("flag", "value", "trainer_path", "orchestrator_path"),
     [
-        ("--max-steps", "7", ("max_steps",)),
-        ("--run.name", "r2", ("run", "name")),
-        ("--seq-len", "640", ("model", "seq_len")),
+        ("--max-steps", "7", "max_steps", "max_steps"),
+        ("--run.name", "r2", "run.name", "run.name"),
+        ("--seq-len", "640", "model.seq_len", "seq_len"),
     ],
 )
-def test_a_dumped_rl_config_loads_back_with_a_shared_field_changed(tmp_path, flag, value, trainer_path):
+def test_a_dumped_rl_config_loads_back_with_a_shared_field_changed(
+    tmp_path, flag, value, trainer_path, orchestrator_path
+):
     # rl.json carries each shared value's copies in the components; a flag that changes the
     # shared value replaces those copies instead of clashing with them
     dumped = _dumped_rl(tmp_path, "--max-steps", "3", "--seq-len", "512")
@@ -113,11 +115,10 @@ def test_a_dumped_rl_config_loads_back_with_a_shared_field_changed(tmp_path, fla
     argv = ["rl", f"@{dumped}", "--output-dir", str(out), "--dry-run", flag, value]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
-    name = value if flag == "--run.name" else "r"
-    for component in ("trainer", "orchestrator"):
-        node = json.loads((out / name / "configs" / "latest" / "resolved" / f"{component}.json").read_text())
-        path = trainer_path if component == "trainer" or trainer_path[0] != "model" else ("seq_len",)
-        for part in path:
+    run = out / (value if flag == "--run.name" else "r") / "configs" / "latest" / "resolved"
+    for component, path in (("trainer", trainer_path), ("orchestrator", orchestrator_path)):
+        node = json.loads((run / f"{component}.json").read_text())
+        for part in path.split("."):
             node = node[part]
         assert str(node) == value, (component, node)
 

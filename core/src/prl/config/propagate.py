@@ -45,6 +45,7 @@ _LEAVES: list[tuple[str, list[str]]] = [
 ]
 _CKPT_FIELDS = ("output_dir", "interval", "keep_last", "keep_interval")
 _COPIED_OVER = {"resume": ["trainer", "orchestrator"], "weight_broadcast": ["trainer", "orchestrator"]}
+_RUN_TARGETS = ("trainer", "orchestrator", "inference")
 # Shared sections that reach other sub-configs than trainer and orchestrator. [slurm] only
 # fills inference.slurm where set: a null shared value propagates nothing.
 _SECTION_TARGETS = {"slurm": ("inference",)}
@@ -132,7 +133,7 @@ def propagate_shared(raw: dict) -> dict:
                 data.setdefault(target, {})
                 data[target][key] = copy.deepcopy(data[key])
     if "run" in data:
-        for target in ("trainer", "orchestrator", "inference"):
+        for target in _RUN_TARGETS:
             if data.get(target, {}) is not None:
                 _fill(data, f"{target}.run", data["run"], conflicts, "run")
     if conflicts:
@@ -163,13 +164,10 @@ def release_overridden(lower: dict, upper: dict) -> dict:
 
 def _shared_pairs(data: dict) -> list[tuple[str, list[str]]]:
     """(shared path, component paths) for every shared value ``data`` may have copied."""
-    pairs = [*_LEAVES, ("run", ["trainer.run", "orchestrator.run", "inference.run"])]
-    sections = ["ckpt", "slurm"]
-    monitors = data.get("monitors")
-    sections += [f"monitors.{key}" for key in (monitors if isinstance(monitors, dict) else {})]
-    for section in sections:
+    pairs = [*_LEAVES, ("run", [f"{c}.run" for c in _RUN_TARGETS])]
+    for section, fields in _shared_sections(data):
         value = _get(data, section)
-        for name in value if isinstance(value, dict) else {}:
+        for name in (fields or value) if isinstance(value, dict) else ():
             pairs.append((f"{section}.{name}", [f"{c}.{section}.{name}" for c in _section_components(section)]))
     return pairs
 
@@ -185,9 +183,9 @@ def _delete(data: dict, path: str) -> None:
         node.pop(last, None)
 
 
-def _propagate_sections(data: dict, conflicts: list[str]) -> None:
-    """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
-    trainer and orchestrator, then fill their fields; ``[slurm]`` does so in inference."""
+def _shared_sections(data: dict) -> list[tuple[str, tuple[str, ...] | None]]:
+    """The optional shared sections ``data`` has, each with the fields it fills in the
+    components (None: every field it sets)."""
     sections: list[tuple[str, tuple[str, ...] | None]] = []
     if "ckpt" in data:
         sections.append(("ckpt", _CKPT_FIELDS))
@@ -196,7 +194,13 @@ def _propagate_sections(data: dict, conflicts: list[str]) -> None:
     monitors = data.get("monitors")
     for key in monitors if isinstance(monitors, dict) else {}:
         sections.append((f"monitors.{key}", None))
-    for shared, fields in sections:
+    return sections
+
+
+def _propagate_sections(data: dict, conflicts: list[str]) -> None:
+    """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
+    trainer and orchestrator, then fill their fields; ``[slurm]`` does so in inference."""
+    for shared, fields in _shared_sections(data):
         value = _get(data, shared)
         if value is not None and not isinstance(value, dict):
             continue  # not a table: validating the shared field itself reports it

