@@ -13,7 +13,14 @@ the other:
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# No test reaches the real Hugging Face Hub: a hub name that a test does not serve from its
+# own local hub (the `local_hub` fixture) meets a closed loopback port, as a user without
+# network would. Set before any test module imports huggingface_hub, which reads it once.
+os.environ.setdefault("HF_ENDPOINT", "http://127.0.0.1:9")
 
 
 def _group(item: pytest.Item) -> str | None:

@@ -37,9 +37,11 @@ def _argv(line: str, out: Path) -> list[str]:
 
 @pytest.fixture
 def spec_model(tmp_path, monkeypatch):
-    snapshot = tmp_path / "hf" / "models--Qwen--Qwen3-0.6B" / "snapshots" / "0"
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text("{}")
+    repo = tmp_path / "hf" / "models--Qwen--Qwen3-0.6B"
+    (repo / "snapshots" / "0").mkdir(parents=True)
+    (repo / "snapshots" / "0" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
 
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 import shutil
 import socket
 import tempfile
-import urllib.request
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from prl.config.model_paths import hf_hub_cache, model_available, models_of
+from prl import hub
+from prl.config.errors import ConfigError
+from prl.config.model_paths import needs_of
 from prl.explain import checkpoint_bytes, gib, model_size, trainer_dtype_bytes
-
-HUB = "https://huggingface.co"
 
 
 class Report:
@@ -153,34 +152,30 @@ def check_disk(cfg: Any, report: Report) -> None:
         report.ok(f"disk: {what}, {gib(free)} free")
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    try:
-        with urllib.request.urlopen(HUB, timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True  # it answered
-    except (OSError, ValueError):
-        return False
-
-
 def check_models(cfg: Any, merged: dict, report: Report) -> None:
-    hub: bool | None = None
-    seen: dict[str, bool] = {}
-    for field, name in models_of(cfg, merged):
-        if not name or name in seen:
-            continue
-        seen[name] = model_available(name)
-        if seen[name]:
-            continue
-        if name.startswith(("/", ".", "~")) or name.count("/") > 1:
-            report.problem(f"{field}: model path '{name}' does not exist")
-            continue
-        hub = _hub_reachable() if hub is None else hub
-        where = "reachable: it will be downloaded at launch" if hub else "unreachable from this machine"
-        line = f"{field}: '{name}' is not in the Hugging Face cache ({hf_hub_cache()}) and {HUB} is {where}"
-        report.ok(line) if hub else report.problem(line)
-    if seen and all(seen.values()):
-        report.ok(f"models: {', '.join(sorted(seen))} found")
+    """What the launch will do for each model and dataset (prl.hub): a path that exists or
+    a cached hub id is ready; an uncached one is downloaded at launch when the hub answers."""
+    try:
+        needs = needs_of(cfg, merged)
+        planned = hub.plan(needs)
+    except ConfigError as exc:
+        report.problem(exc.message)
+        return
+    for item in planned:
+        need = item.need
+        if item.size is None:
+            report.problem(
+                f"{need.field}: '{need.name}' is not in the Hugging Face cache ({hub.hf_hub_cache()}) and "
+                f"{item.note}: the launch would stop here"
+            )
+        else:
+            report.ok(
+                f"{need.field}: the launch will download '{need.name}' ({item.files} files, "
+                f"{hub.human(item.size)}) into {hub.hf_hub_cache()}"
+            )
+    ready = sorted({n.name for n in needs if n.name} - {p.need.name for p in planned})
+    if ready:
+        report.ok(f"models and data: {', '.join(ready)} found")
 
 
 def doctor_rl(cfg: Any, merged: dict) -> Report:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prl.config.model_paths import hf_hub_cache, in_hf_cache
+from prl.hub import local_dir
 
 DTYPE_BYTES = {
     "F64": 8,
@@ -45,15 +45,9 @@ class ModelSize:
 
 
 def model_dir(name: str) -> Path | None:
-    """The local directory of model ``name``: the path itself, or its newest HF cache snapshot."""
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path
-    if in_hf_cache(name):
-        snapshots = hf_hub_cache() / ("models--" + name.replace("/", "--")) / "snapshots"
-        revs = sorted(snapshots.iterdir(), key=lambda p: p.stat().st_mtime)
-        return revs[-1] if revs else None
-    return None
+    """The local directory of model ``name``: the path itself, or its cached hub snapshot."""
+    found = local_dir(name)
+    return found if found is not None and found.is_dir() else None
 
 
 def _safetensors_params(directory: Path) -> int:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from prl import layout
 from prl.contracts.launcher import ProcessSpec
+from prl.hub import READ_CACHE_ENV
 from prl.plugins import TRAINERS, get_registry
 
 if TYPE_CHECKING:
@@ -72,9 +73,8 @@ def build_processes(
         ProcessSpec("orchestrator", orchestrator, logs / "orchestrator.log", component_env(common, config.orchestrator))
     )
     trainer_cls = get_registry().get(TRAINERS, config.trainer.type)
-    out.extend(
-        trainer_cls.rl_processes(config.trainer, resolved / "trainer.json", logs, component_env(common, config.trainer))
-    )
+    trainer_env = component_env({**common, **READ_CACHE_ENV}, config.trainer)
+    out.extend(trainer_cls.rl_processes(config.trainer, resolved / "trainer.json", logs, trainer_env))
     return out
 
 
@@ -105,6 +105,7 @@ def inference_process(inference: InferenceConfig, resolved: Path, logs: Path, co
     ready = resolved / "inference.address"
     server = inference.server
     health = f"http://{server.host}:{server.port}" if server.port else None
-    env = {**component_env(common, inference), "PRL_READY_FILE": str(ready)}
+    # Weights come from the hub cache the launching command filled: one snapshot for all.
+    env = {**component_env({**common, **READ_CACHE_ENV}, inference), "PRL_READY_FILE": str(ready)}
     argv = _cmd("inference", resolved / "inference.json")
     return ProcessSpec("inference", argv, logs / "inference.log", env, ready, service=True, health_url=health)

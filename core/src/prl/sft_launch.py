@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from prl import layout
 from prl.contracts.launcher import ProcessSpec
 from prl.evalplan import clear_plan
+from prl.hub import READ_CACHE_ENV
 from prl.rl_launch import child_env, inference_process
 
 if TYPE_CHECKING:
@@ -60,5 +61,6 @@ def build_processes(
         evaluator = [sys.executable, "-m", "prl", "online-eval", "@", sft_json]
         out.append(ProcessSpec("online-eval", evaluator, logs / "eval.log", dict(common), role="eval"))
     trainer = [sys.executable, "-m", "prl", "sft-trainer", "@", sft_json]
-    out.append(ProcessSpec("trainer", trainer, logs / "trainer.log", dict(common), role="trainer"))
+    trainer_env = {**common, **READ_CACHE_ENV}  # the hub cache prl sft filled: no request per file
+    out.append(ProcessSpec("trainer", trainer, logs / "trainer.log", trainer_env, role="trainer"))
     return out

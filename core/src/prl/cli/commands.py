@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from prl.cli.errors import MissingMachinery
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
-from prl.config.model_paths import check_models, check_renderers, models_of
+from prl.config.model_paths import check_renderers, needs_of
 from prl.config.resolve import Resolved, resolve
 from prl.logs import LOG_FILE_ENV
 from prl.plugins import TRAINERS, Kind, PluginError, get_registry
@@ -80,6 +80,28 @@ def _export_env_vars(cfg) -> None:
     """``env_vars`` of a command that runs in this process: set here, so that this process
     and everything it starts (torchrun ranks, env servers) see them."""
     os.environ.update({k: str(v) for k, v in cfg.env_vars.items()})
+
+
+def _models_and_data(cfg, res: Resolved, dry_run: bool = False) -> None:
+    """The models and datasets the config names: paths checked, and hub ids not yet cached
+    fetched now, before any component starts (a dry run lists them and fetches nothing).
+    The launchers start trainer and inference reading the cache only (prl.hub.READ_CACHE_ENV)."""
+    from prl import hub
+
+    needs = needs_of(cfg, res.merged)
+    if dry_run:
+        for planned in hub.plan(needs):
+            print(planned.line())
+        return
+    hub.fetch(needs)
+
+
+def _load_from_cache_only() -> None:
+    """A command that loads weights in this process (or its torchrun ranks), after
+    :func:`_models_and_data`: the snapshot just checked, with no request per file."""
+    from prl import hub
+
+    hub.read_cache_only()
 
 
 def _dry_run_done(paths: RunPaths) -> int:
@@ -164,7 +186,7 @@ def cmd_rl(argv: list[str]) -> int:
         return 0
     res.parsed_argv = argv
     cfg = res.config
-    check_models(models_of(cfg, res.merged))
+    _models_and_data(cfg, res, cfg.dry_run)
     check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
@@ -266,7 +288,7 @@ def cmd_sft(argv: list[str]) -> int:
         return 0
     res.parsed_argv = argv
     cfg = res.config
-    check_models(models_of(cfg, res.merged))
+    _models_and_data(cfg, res, cfg.dry_run)
     check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
@@ -299,6 +321,7 @@ def cmd_sft(argv: list[str]) -> int:
     # Trained in this process (or its torchrun ranks): the lines a launcher would have put
     # in the trainer's log file go there too, and env_vars apply here as to any child.
     _export_env_vars(cfg)
+    _load_from_cache_only()
     os.environ[LOG_FILE_ENV] = str(paths.log_dir / "trainer.log")
     try:
         return int(trainer_cls.run_sft(cfg) or 0)
@@ -344,6 +367,7 @@ def cmd_eval(argv: list[str]) -> int:
         raise ConfigError(
             "--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)"
         )
+    _models_and_data(cfg, res, cfg.dry_run)
     check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
@@ -380,7 +404,7 @@ def cmd_inference(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
-    check_models(models_of(cfg, res.merged))
+    _models_and_data(cfg, res, dry_run)
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
     if cfg.slurm is not None:
@@ -388,6 +412,7 @@ def cmd_inference(argv: list[str]) -> int:
     if dry_run:
         print("Dry run complete: the config is valid. Remove --dry-run to serve.")
         return 0
+    _load_from_cache_only()
     if (cfg.server.engines or 1) > 1:
         from prl.engines import serve_engines
 
@@ -435,6 +460,7 @@ def cmd_orchestrator(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
+    _models_and_data(cfg, res)
     try:
         from prl.orchestrator.run import run_orchestrator
     except ImportError as exc:
@@ -450,7 +476,8 @@ def cmd_trainer(argv: list[str]) -> int:
     if res is None:
         return 0
     cfg = res.config
-    check_models(models_of(cfg, res.merged))
+    _models_and_data(cfg, res)
+    _load_from_cache_only()
     return int(_plugin(TRAINERS, cfg.type).run_rl(cfg) or 0)
 
 

@@ -75,6 +75,15 @@ _config_command("online-eval", commands.cmd_online_eval, "Evaluate an SFT run's 
 _config_command("doctor", commands.cmd_doctor, "Check this machine against an RL config (versions, GPUs, disk...).")
 
 
+def cmd_fetch(argv: list[str]) -> int:
+    from prl.cli.fetch_cmd import cmd_fetch as fetch
+
+    return fetch(argv)
+
+
+_config_command("fetch", cmd_fetch, "Download the models and datasets a config names into the HF cache.")
+
+
 app.add_typer(new_app)
 
 

@@ -1,78 +1,55 @@
-"""Is a configured model there? Checked at resolve time, before any process starts.
-
-A model name must be a local directory or a model already in the local Hugging Face cache.
-prl never downloads at resolve time (a dry run downloads nothing), so a name that is
-neither would only fail later, deep inside transformers, with a long traceback; here it is
-one line naming the field. Nothing is imported from transformers or huggingface_hub: the
-cache layout (``<cache>/models--<org>--<name>/snapshots/<rev>/``) is read directly.
-"""
+"""Which models and datasets a resolved config loads, under the fields the user set
+(prl.hub fetches the hub ids among them before launch), and whether its renderers can
+serve the model they will be given. Checked at resolve time, before any process starts."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from pathlib import Path
-
 from prl.config.errors import ConfigError
+from prl.hub import Need, hf_hub_cache, is_local
 
-
-def hf_hub_cache() -> Path:
-    """The Hugging Face hub cache directory, found the way huggingface_hub finds it."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(xdg).expanduser() / "huggingface" / "hub"
+__all__ = ["Need", "hf_hub_cache", "in_hf_cache", "model_available", "needs_of", "check_renderers"]
 
 
 def in_hf_cache(name: str) -> bool:
-    """True when some revision of model ``name`` (``org/name`` or ``name``) is cached."""
-    if not name or name.startswith(("/", ".")) or name.count("/") > 1:
-        return False
-    snapshots = hf_hub_cache() / ("models--" + name.replace("/", "--")) / "snapshots"
-    try:
-        return any((rev / "config.json").is_file() for rev in snapshots.iterdir())
-    except OSError:
-        return False
+    """True when a complete snapshot of hub model ``name`` is cached (no network request)."""
+    from prl.hub import cached_snapshot
+
+    return not is_local(name) and cached_snapshot(Need("", "model", name)) is not None
 
 
 def model_available(name: str) -> bool:
-    return Path(name).expanduser().is_dir() or in_hf_cache(name)
+    """A local path that exists, or a hub id already cached."""
+    from pathlib import Path
+
+    return Path(name).expanduser().exists() if is_local(name) else in_hf_cache(name)
 
 
-def check_models(fields: Iterable[tuple[str, str | None]]) -> None:
-    """Raise a one-line ConfigError for the first ``(field path, model name)`` whose model is
-    neither a local directory nor cached. A name is checked once, under its first field."""
-    seen: set[str] = set()
-    for field, name in fields:
-        if not name or name in seen:
-            continue
-        seen.add(name)
-        if not model_available(name):
-            flag = "--" + field.replace("_", "-")
-            raise ConfigError(
-                f"{flag}: model '{name}' is neither a local directory nor in the Hugging Face cache "
-                f"({hf_hub_cache()}); create one with `prl model init <dir>` or download it first"
-            )
+# Root configs whose own model section is only tokenized (a served model), never loaded.
+_TOKENIZER_ONLY_ROOTS = {"EvalConfig", "OrchestratorConfig"}
 
 
-def models_of(cfg: object, merged: dict) -> list[tuple[str, str | None]]:
-    """``(field path, name)`` of every model and tokenizer a resolved root config loads:
-    its own and those of its trainer, orchestrator and inference sections. A shared
-    ``model.name`` the user gave comes first, so an error names the field they wrote."""
-    out: list[tuple[str, str | None]] = []
+def needs_of(cfg: object, merged: dict) -> list[Need]:
+    """Every model, tokenizer and dataset a resolved root config loads: its own and those of
+    its trainer, orchestrator and inference sections. A shared ``model.name`` the user gave
+    comes first, so an error names the field they wrote. The orchestrator only tokenizes."""
+    root_tok = type(cfg).__name__ in _TOKENIZER_ONLY_ROOTS
+    out: list[Need] = []
     shared = merged.get("model") if isinstance(merged, dict) else None
     if isinstance(shared, dict) and isinstance(shared.get("name"), str):
-        out.append(("model.name", shared["name"]))
-    for prefix in ("", "trainer.", "orchestrator.", "inference."):
+        out.append(Need("model.name", "model", shared["name"], tokenizer_only=root_tok))
+    for prefix, tok_only in (("", root_tok), ("trainer.", False), ("orchestrator.", True), ("inference.", False)):
         comp = getattr(cfg, prefix[:-1], None) if prefix else cfg
         model, tokenizer = getattr(comp, "model", None), getattr(comp, "tokenizer", None)
-        if isinstance(getattr(model, "name", None), str):
-            out.append((f"{prefix}model.name", model.name))
+        # A component that only tokenizes, given a tokenizer, uses the model name only to
+        # ask its server for it (a served or LoRA name, not a repo).
+        served_only = tok_only and isinstance(getattr(tokenizer, "name", None), str)
+        if isinstance(getattr(model, "name", None), str) and not served_only:
+            out.append(Need(f"{prefix}model.name", "model", model.name, tokenizer_only=tok_only))
         if isinstance(getattr(tokenizer, "name", None), str):
-            out.append((f"{prefix}tokenizer.name", tokenizer.name))
+            out.append(Need(f"{prefix}tokenizer.name", "model", tokenizer.name, tokenizer_only=True))
+    data = getattr(cfg, "data", None)
+    if getattr(data, "type", None) == "sft" and isinstance(getattr(data, "name", None), str):
+        out.append(Need("data.name", "dataset", data.name, getattr(data, "revision", None)))
     return out
 
 
@@ -90,6 +67,8 @@ def check_renderers(cfg: object) -> None:
         model = tokenizer or getattr(getattr(comp, "model", None), "name", None)
         if not isinstance(model, str):
             continue
+        if not is_local(model) and not in_hf_cache(model):
+            continue  # a hub id a dry run did not fetch: checked at launch, once its files are here
         try:
             check(model)
         except ValueError as exc:

@@ -104,7 +104,17 @@ def _load_one(datasets, path: Path, cfg: Any, subset: str | None, split: str):
                 raise DataError(f"data.splits: split '{split}' not in {path} (has {', '.join(ds)})")
             ds = ds[split]
         return ds
-    return datasets.load_dataset(str(path), subset, split=split, revision=cfg.revision)
+    return datasets.load_dataset(str(_hub_snapshot(cfg)), subset, split=split)
+
+
+def _hub_snapshot(cfg: Any) -> Path:
+    """The hub dataset's snapshot that the launching command fetched (prl.hub), loaded as
+    a local directory: the same files in every rank and no request to the hub. Fetched
+    here when the trainer was started by hand on a name not yet cached."""
+    from prl import hub
+
+    need = hub.Need("data.name", "dataset", cfg.name, cfg.revision)
+    return hub.local_dir(cfg.name, "dataset", cfg.revision) or hub.fetch([need])[need]
 
 
 class RowRenderer:
