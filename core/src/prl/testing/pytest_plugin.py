@@ -23,6 +23,23 @@ def register_plugin():
             unregister_inline(*reversed(names))
 
 
+@pytest.fixture
+def local_hub(tmp_path_factory, monkeypatch):
+    """A :class:`prl.testing.hub.LocalHub` serving nothing yet (``add_model`` /
+    ``add_dataset`` to fill it), with ``HF_ENDPOINT`` pointing at it and empty caches under
+    a fresh ``HF_HOME``, for this process and the subprocesses it starts; no token is set."""
+    from prl.testing.hub import LocalHub
+    from prl.testing.hub_setup import forget_filesystems, use_local_hub
+
+    hub = LocalHub().start()
+    try:
+        use_local_hub(hub, monkeypatch, tmp_path_factory.mktemp("hf-home"))
+        yield hub
+    finally:
+        hub.down()
+        forget_filesystems()
+
+
 def _prl_environment() -> dict[str, str]:
     import os
 
