@@ -28,8 +28,8 @@ def _resolve_any(argv: list[str]):
     roots = _roots()
     if argv and argv[0] in roots:
         return resolve(roots[argv[0]], argv[1:])
-    if "@" not in argv:
-        raise ConfigError(f"prl fetch: no config file given; {USAGE}")
+    if not argv:
+        raise ConfigError(f"prl fetch: no config given; {USAGE}")
     first: ConfigError | None = None
     for root in roots.values():
         try:
