@@ -101,6 +101,15 @@ def test_unknown_repo_revision_and_file_raise_the_clients_errors(local_hub, tmp_
         hf.hf_hub_download("org/data", "b.txt", repo_type="dataset")
 
 
+def test_a_bad_repo_directory_is_refused_and_serves_nothing(local_hub, tmp_path):
+    with pytest.raises(ValueError, match="missing"):
+        local_hub.add_model("org/m", tmp_path / "missing")
+    with pytest.raises(ValueError, match="v1"):
+        local_hub.add_model("org/m", tmp_path, revisions={"v1": tmp_path}, tags={"v1": tmp_path})
+    with pytest.raises(errors.RepositoryNotFoundError):
+        hf.model_info("org/m")
+
+
 def test_tags_branches_and_commit_shas_resolve_to_their_files(local_hub, tmp_path):
     old = _small_repo(tmp_path / "old", **{"config.json": '{"v": 1}', "sub/notes.md": "one"})
     new = _small_repo(tmp_path / "new", **{"config.json": '{"v": 2}'})

@@ -256,11 +256,12 @@ class LocalHub:
         branches, tags = {"main": directory, **(revisions or {})}, dict(tags or {})
         if both := sorted(set(branches) & set(tags)):
             raise ValueError(f"{', '.join(both)} named both as a branch (revisions) and as a tag (tags)")
+        contents = {name: read_files(path) for name, path in {**branches, **tags}.items()}  # a bad one adds nothing
         with self._lock:
             repo = self.repos.setdefault((repo_type, repo_id), HubRepo(repo_type, repo_id))
             repo.gated = gated
-            for name, path in {**branches, **tags}.items():
-                repo.refs[name] = repo.commit(read_files(path))
+            for name, files in contents.items():
+                repo.refs[name] = repo.commit(files)
             repo.tags = (repo.tags - set(branches)) | set(tags)
         return repo
 
