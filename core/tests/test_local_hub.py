@@ -3,6 +3,7 @@ Hugging Face Hub does: downloads, caching, revisions, gated repos, errors, no ne
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,11 +101,23 @@ def test_unknown_repo_revision_and_file_raise_the_clients_errors(local_hub, tmp_
         hf.hf_hub_download("org/data", "b.txt", repo_type="dataset")
 
 
+def test_a_bad_repo_directory_is_refused_and_serves_nothing(local_hub, tmp_path):
+    with pytest.raises(ValueError, match="missing"):
+        local_hub.add_model("org/m", tmp_path / "missing")
+    with pytest.raises(ValueError, match="v1"):
+        local_hub.add_model("org/m", tmp_path, revisions={"v1": tmp_path}, tags={"v1": tmp_path})
+    with pytest.raises(errors.RepositoryNotFoundError):
+        hf.model_info("org/m")
+
+
 def test_tags_branches_and_commit_shas_resolve_to_their_files(local_hub, tmp_path):
     old = _small_repo(tmp_path / "old", **{"config.json": '{"v": 1}', "sub/notes.md": "one"})
     new = _small_repo(tmp_path / "new", **{"config.json": '{"v": 2}'})
-    repo = local_hub.add_model("org/m", new, revisions={"v1": old, "dev": new})
+    repo = local_hub.add_model("org/m", new, revisions={"dev": new}, tags={"v1": old})
     assert repo.sha("dev") == repo.sha("main") != repo.sha("v1")
+    refs = hf.list_repo_refs("org/m")
+    assert {(b.name, b.target_commit) for b in refs.branches} == {("main", repo.sha()), ("dev", repo.sha())}
+    assert [(t.ref, t.target_commit) for t in refs.tags] == [("refs/tags/v1", repo.sha("v1"))]
 
     def config(revision: str) -> str:
         return Path(hf.hf_hub_download("org/m", "config.json", revision=revision)).read_text()
@@ -154,10 +167,20 @@ def test_hub_down_falls_back_to_the_cache(local_hub, tmp_path):
     assert Path(hf.snapshot_download("org/never-fetched"), "config.json").exists()
 
 
-def test_subprocesses_download_from_the_local_hub(local_hub, tmp_path):
+@pytest.fixture
+def shell_settings(monkeypatch):
+    """What a developer's shell may hold when the tests start: offline mode and a real token."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_a_real_users_token")
+
+
+def test_subprocesses_download_from_the_local_hub(shell_settings, local_hub, tmp_path):
     local_hub.add_model("org/m", _small_repo(tmp_path / "m", **{"config.json": '{"from": "local hub"}'}))
-    code = "from huggingface_hub import hf_hub_download; print(open(hf_hub_download('org/m', 'config.json')).read())"
+    code = "from huggingface_hub import hf_hub_download; print(hf_hub_download('org/m', 'config.json'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == '{"from": "local hub"}'
+    path = Path(out.stdout.strip())
+    assert path.read_text() == '{"from": "local hub"}'
+    assert path.is_relative_to(os.environ["HF_HUB_CACHE"])
     assert local_hub.file_downloads("org/m") == ["config.json"]

@@ -97,12 +97,14 @@ def read_files(directory: str | Path) -> dict[str, HubFile]:
 
 @dataclass
 class HubRepo:
-    """A model or dataset repo: named refs (branches and tags) pointing at commits."""
+    """A model or dataset repo: named refs pointing at commits; the names in ``tags`` are
+    tags, the others branches."""
 
     repo_type: str
     repo_id: str
     gated: bool = False
     refs: dict[str, str] = field(default_factory=dict)
+    tags: set[str] = field(default_factory=set)
     commits: dict[str, dict[str, HubFile]] = field(default_factory=dict)
 
     def commit(self, files: dict[str, HubFile]) -> str:
@@ -125,6 +127,14 @@ class HubRepo:
         if name in self.refs:
             return self.refs[name]
         return revision if revision in self.commits else None
+
+    def git_refs(self) -> dict[str, Any]:
+        """The JSON of ``/api/{models,datasets}/{repo}/refs``."""
+        listed: dict[str, list[dict[str, str]]] = {"branches": [], "tags": [], "converts": [], "pullRequests": []}
+        for name, sha in sorted(self.refs.items()):
+            kind, ref = ("tags", f"refs/tags/{name}") if name in self.tags else ("branches", f"refs/heads/{name}")
+            listed[kind].append({"name": name, "ref": ref, "targetCommit": sha})
+        return listed
 
     def info(self, sha: str, blobs: bool) -> dict[str, Any]:
         """The JSON of ``/api/{models,datasets}/{repo}[/revision/{rev}]``."""
@@ -178,7 +188,10 @@ class LocalHub:
                 server.role = role  # type: ignore[attr-defined]
                 self._ports[role] = server.server_address[1]
                 self._servers[role] = server
-                threading.Thread(target=server.serve_forever, name=f"local-hub-{role}", daemon=True).start()
+                # a short poll interval: down() waits for the serving loop to notice
+                serve = threading.Thread(target=server.serve_forever, args=(0.05,), name=f"local-hub-{role}")
+                serve.daemon = True
+                serve.start()
         return self
 
     up = start
@@ -217,11 +230,13 @@ class LocalHub:
         *,
         gated: bool = False,
         revisions: Mapping[str, str | Path] | None = None,
+        tags: Mapping[str, str | Path] | None = None,
     ) -> HubRepo:
-        """Serve ``directory``'s files as model ``repo_id`` at ``main``; ``revisions`` maps more
-        branch or tag names to directories (the same one gives the same commit). Adding a repo
-        again is a push: its refs move, and older commits stay reachable by sha."""
-        return self._add("model", repo_id, directory, gated, revisions)
+        """Serve ``directory``'s files as model ``repo_id`` at branch ``main``; ``revisions``
+        maps more branch names, ``tags`` tag names, to directories (the same directory gives
+        the same commit). Adding a repo again is a push: its refs move, and older commits stay
+        reachable by sha."""
+        return self._add("model", repo_id, directory, gated, revisions, tags)
 
     def add_dataset(
         self,
@@ -230,18 +245,24 @@ class LocalHub:
         *,
         gated: bool = False,
         revisions: Mapping[str, str | Path] | None = None,
+        tags: Mapping[str, str | Path] | None = None,
     ) -> HubRepo:
         """The same as :meth:`add_model`, for a dataset repo."""
-        return self._add("dataset", repo_id, directory, gated, revisions)
+        return self._add("dataset", repo_id, directory, gated, revisions, tags)
 
-    def _add(self, repo_type: str, repo_id: str, directory, gated, revisions) -> HubRepo:
+    def _add(self, repo_type: str, repo_id: str, directory, gated, revisions, tags) -> HubRepo:
         if repo_id.count("/") > 1 or not repo_id.strip("/"):
             raise ValueError(f"repo_id must be 'name' or 'namespace/name' (got {repo_id!r})")
+        branches, tags = {"main": directory, **(revisions or {})}, dict(tags or {})
+        if both := sorted(set(branches) & set(tags)):
+            raise ValueError(f"{', '.join(both)} named both as a branch (revisions) and as a tag (tags)")
+        contents = {name: read_files(path) for name, path in {**branches, **tags}.items()}  # a bad one adds nothing
         with self._lock:
             repo = self.repos.setdefault((repo_type, repo_id), HubRepo(repo_type, repo_id))
             repo.gated = gated
-            for name, path in {"main": directory, **(revisions or {})}.items():
-                repo.refs[name] = repo.commit(read_files(path))
+            for name, files in contents.items():
+                repo.refs[name] = repo.commit(files)
+            repo.tags = (repo.tags - set(branches)) | set(tags)
         return repo
 
     def repo(self, repo_type: str, repo_id: str) -> HubRepo:

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-# The words that follow the repo id in /api/{models,datasets}/{repo_id}/<verb>/<revision>.
-_API_VERBS = ("revision", "tree", "paths-info")
+# The words that follow the repo id in /api/{models,datasets}/{repo_id}/<verb>[/<revision>].
+_API_VERBS = ("revision", "tree", "paths-info", "refs")
 
 
 class HubError(Exception):
@@ -185,12 +185,14 @@ class HubHandler(BaseHTTPRequestHandler):
         return sha
 
     def _api(self, hub: Any, repo_type: str, rest: list[str], params: dict[str, list[str]]) -> int:
-        """Repo info, tree listing and paths-info. They are public for gated repos too: only
+        """Repo info, refs, tree listing and paths-info. They are public for gated repos too: only
         file contents are gated on the hub."""
         n = 1 if len(rest) == 1 or rest[1] in _API_VERBS else 2
         repo = self._repo(hub, repo_type, unquote("/".join(rest[:n])))
         if len(rest) == n and self.command == "GET":
             return self._json(repo.info(self._commit(repo, "main"), _flag(params, "blobs")))
+        if rest[n:] == ["refs"] and self.command == "GET":
+            return self._json(repo.git_refs())
         if len(rest) < n + 2 or rest[n] not in _API_VERBS:
             raise HubError(404, None, "Sorry, we can't find the page you are looking for.")
         verb, tail = rest[n], rest[n + 2 :]
