@@ -97,12 +97,12 @@ def test_an_inference_port_already_in_use_is_one_line(tmp_path, model):
         proc = _prl_rl(_toml(tmp_path, model, tmp_path / "outputs", port))
     line = _one_error_line(proc)
     assert line == (
-        f"prl: inference: Environment error: server.port {port} on 127.0.0.1 is already in use by another "
-        "process; stop it or choose another port (server.port = 0 picks a free one)"
+        f"Environment error: --inference.server.port {port}: port {port} on 127.0.0.1 is already in use; "
+        "stop the process that holds it or choose another port (--inference.server.port 0 picks a free one)"
     )
-    # The trainer and orchestrator were never started.
+    # Said before anything started: no process was launched, not even inference.
     logs = tmp_path / "outputs" / "r" / "logs" / "attempt_1"
-    assert not (logs / "trainer.log").exists() and not (logs / "orchestrator.log").exists()
+    assert not (logs / "inference.log").exists() and not (logs / "trainer.log").exists()
 
 
 @pytest.mark.slow

@@ -55,6 +55,33 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """Before a server is started: a fixed ``port`` that is taken on ``host`` is a one-line
+    HostError naming ``flag``. Bound and closed here, so a backend that binds elsewhere
+    (vLLM, an engine behind the router) fails before it loads anything, not after."""
+    if not port:
+        return  # 0: the server picks a free one
+    try:
+        bind(host, port).close()
+    except HostError as exc:
+        if "already in use" not in exc.message:
+            raise HostError(f"{flag} {port}: {exc.message}") from None
+        raise HostError(
+            f"{flag} {port}: port {port} on {host} is already in use; stop the process that holds it "
+            f"or choose another port ({flag} 0 picks a free one)"
+        ) from None
+
+
+def inference_ports_free(inference: InferenceConfig, prefix: str = "") -> None:
+    """``check_port_free`` for the ports a managed inference server binds: ``server.port``
+    and, behind a router, the engines' fixed ``backend_port + i`` on loopback."""
+    server = inference.server
+    check_port_free(server.host, server.port, f"--{prefix}server.port")
+    if (server.engines or 1) > 1 and server.backend_port:
+        for i in range(server.engines):
+            check_port_free("127.0.0.1", server.backend_port + i, f"--{prefix}server.backend-port")
+
+
 def free_port(host: str) -> int:
     """A port free on ``host`` right now, for a managed server whose clients must know it
     before it starts (a server given port 0 would pick its own, unknown to them)."""

@@ -127,6 +127,27 @@ def _pin_inference_port(inference) -> bool:
     return True
 
 
+def _dials_port_zero(url: str) -> bool:
+    """A client URL written for a managed server on port 0 (``http://host:0``): it means
+    that server, wherever its port is pinned."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).port == 0
+    except ValueError:
+        return False
+
+
+def _check_inference_ports(cfg) -> None:
+    """A taken inference port stops a launch here, in one line naming the flag, before any
+    process starts (not for a dry run, nor for a batch scheduler's job on another node)."""
+    if cfg.inference is None or cfg.dry_run or cfg.deployment.submits:
+        return
+    from prl.serving import inference_ports_free
+
+    inference_ports_free(cfg.inference, "inference.")
+
+
 def _pin_rollout_port(trainer, orchestrator) -> None:
     """``rollout_transport.port = 0`` (zmq) means any free port: pick it before launch and
     give trainer and orchestrator the same one."""
@@ -197,8 +218,9 @@ def cmd_rl(argv: list[str]) -> int:
     _pin_inference_port(cfg.inference)
     _pin_rollout_port(cfg.trainer, cfg.orchestrator)
     _bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])
-    if cfg.inference is not None and not client_set:
+    if cfg.inference is not None and (not client_set or _dials_port_zero(cfg.orchestrator.client.base_url)):
         cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
+    _check_inference_ports(cfg)
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
     if cfg.inference is not None:
         resolved["inference"] = _placed_inference(cfg, "prl rl")
@@ -294,12 +316,13 @@ def cmd_sft(argv: list[str]) -> int:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
     submits = cfg.deployment.submits
     trainer_cls = None if cfg.dry_run or submits else _plugin(TRAINERS, cfg.trainer_type)
-    zero_url = cfg.inference is not None and cfg.eval.client.base_url.endswith(f":{cfg.inference.server.port}")
+    zero_url = cfg.inference is not None and _dials_port_zero(cfg.eval.client.base_url)
     if _pin_inference_port(cfg.inference) and zero_url:
         server = cfg.inference.server
         cfg.eval.client.base_url = f"http://{server.host}:{server.port}"
     _share_identity(cfg, cfg.inference)
     _place_inference(cfg)
+    _check_inference_ports(cfg)
     if cfg.inference is not None:
         engines = cfg.inference.server.engines or 1
         cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count() * engines)
@@ -412,6 +435,9 @@ def cmd_inference(argv: list[str]) -> int:
     if dry_run:
         print("Dry run complete: the config is valid. Remove --dry-run to serve.")
         return 0
+    from prl.serving import inference_ports_free
+
+    inference_ports_free(cfg)  # before the backend loads (vLLM would fail later, in its own words)
     _load_from_cache_only()
     if (cfg.server.engines or 1) > 1:
         from prl.engines import serve_engines

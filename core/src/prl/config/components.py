@@ -197,8 +197,18 @@ class EvalGroupConfig(PrlModel):
     """Examples per source; None uses all."""
     sampling: PartialSamplingConfig = Field(default_factory=PartialSamplingConfig)
     """Eval sampling; unset fields use server defaults."""
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    """Example selection of every source; the fields a source sets itself win."""
     source: list[SourceConfig] = []
-    """Eval sources."""
+    """Eval sources; group_size, sampling and select fall back to the group's."""
+
+    @model_validator(mode="after")
+    def _fill_sources(self) -> EvalGroupConfig:
+        # Written into each source, so resolved configs show the values it really uses.
+        from prl.config.eval_defaults import fill_source
+
+        self.source = [fill_source(self, s) for s in self.source]
+        return self
 
 
 class OrchestratorConfig(PrlModel):

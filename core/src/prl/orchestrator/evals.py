@@ -1,11 +1,11 @@
 """Evaluations during RL training (``[orchestrator.eval]``).
 
 When inference starts serving a policy version ``v`` with ``v % interval == 0`` (v > 0),
-every eval source runs ``num_examples`` examples (all of its eval-split tasks when unset)
-with ``k`` rollouts each, in the background, alongside training rollouts and at most
-``max_inflight`` eval rollouts at a time. ``k`` is the source's ``group_size``, else
-``eval.group_size``; sampling is ``eval.sampling`` overlaid by the source's, unset fields
-keeping the server defaults.
+every eval source runs its selected eval-split tasks with ``k`` rollouts each, in the
+background, alongside training rollouts and at most ``max_inflight`` eval rollouts at a
+time. The group's ``select``, ``num_examples`` (the default ``select.limit``),
+``group_size`` (``k``) and ``sampling`` fill what a source leaves unset, at validation
+(:mod:`prl.config.eval_defaults`); unset sampling fields keep the server defaults.
 
 Metrics are those of ``prl eval`` (``eval/<env>/avg@k``, ``eval/<env>/pass@k``, ...), logged
 at step ``v`` with producer ``orch``, and each rollout as a trace (``kind = "eval"``).
@@ -94,9 +94,7 @@ class OnlineEval:
         from prl.evalstats import rollout_record, trace_records
 
         env = self.envs[source.name]
-        tasks = env.tasks()
-        if self.config.num_examples is not None:
-            tasks = tasks[: self.config.num_examples]
+        tasks = env.tasks()  # select.limit carries the group's num_examples (eval_defaults)
         sampling = eval_sampling(self.config, source)
 
         async def one(task: Any):
