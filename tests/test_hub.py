@@ -105,7 +105,8 @@ def _one_line_failure(result, said: str) -> None:
     assert result.exit_code == 2, result.output
     assert said in result.output, result.output
     assert "Traceback" not in result.output
-    lines = [x for x in result.output.splitlines() if x.strip() and not x.startswith("prl: fetching")]
+    # besides the error: the line announcing the download and huggingface_hub's progress bar
+    lines = [x for x in result.output.splitlines() if x.strip() and not x.startswith(("prl: fetching", "Fetching"))]
     assert len(lines) == 1, result.output
 
 

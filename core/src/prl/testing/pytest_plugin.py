@@ -40,18 +40,27 @@ def local_hub(tmp_path_factory, monkeypatch):
         forget_filesystems()
 
 
+# Exported by commands run in-process: PRL_* for their children, and HF_HUB_OFFLINE once a
+# command that loads weights here has fetched its models (prl.hub.read_cache_only).
+_EXPORTED = ("PRL_", "HF_HUB_OFFLINE")
+
+
 def _prl_environment() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if k.startswith("PRL_")}
+    return {k: v for k, v in os.environ.items() if k.startswith(_EXPORTED)}
 
 
 def _restore(saved: dict[str, str]) -> None:
     import os
+    import sys
 
-    for key in [k for k in os.environ if k.startswith("PRL_") and k not in saved]:
+    for key in [k for k in os.environ if k.startswith(_EXPORTED) and k not in saved]:
         del os.environ[key]
     os.environ.update(saved)
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:  # read_cache_only also switches the imported client off
+        constants.HF_HUB_OFFLINE = saved.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
 @pytest.fixture(autouse=True, scope="module")
