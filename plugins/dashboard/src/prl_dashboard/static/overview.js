@@ -59,9 +59,12 @@ function metricPane(key, runs) {
   const { series, xLabel } = seriesOf(key, runs);
   const lasts = series.map((s) => el("span", { style: `color:${s.color}` }, fmt(s.points.at(-1)?.[1])));
   const holder = el("div", { class: "chart-box" });
+  // Several producers of one key (time/step of orchestrator and trainer): name each line.
+  const named = series.some((s) => s.dash) ? el("div", { class: "pane-legend" }, series.map((s) =>
+    el("span", {}, el("i", { class: "dash", style: `border-top: 2px ${s.dash ? "dashed" : "solid"} ${s.color}` }), " ", s.label))) : "";
   const node = el("div", { class: "pane", "data-key": key, "data-series": series.length,
     "data-points": series.reduce((n, s) => n + s.points.length, 0) },
-  el("h4", {}, el("span", { class: "key" }, key), el("span", { class: "last" }, lasts)), holder);
+  el("h4", {}, el("span", { class: "key" }, key), el("span", { class: "last" }, lasts)), named, holder);
   node.drawChart = () => holder.replaceChildren(lineChart(series, { width: Math.max(240, holder.clientWidth), xLabel }));
   return node;
 }
