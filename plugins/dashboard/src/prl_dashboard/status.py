@@ -151,14 +151,14 @@ def _max_steps(resolved: Path) -> int | None:
     return None
 
 
-def _eval_done(run_dir: Path) -> bool | None:
-    """For ``prl eval``: every source of the resolved config has its summary file."""
+def _eval_progress(run_dir: Path) -> tuple[int, int]:
+    """For ``prl eval``: (sources with their summary file, sources in the resolved config)."""
     try:
         cfg = json.loads((run_dir / "configs" / "latest" / "resolved" / "eval.json").read_text())
     except (OSError, ValueError):
-        return None
+        return 0, 0
     names = [s.get("name") for s in cfg.get("source") or [] if isinstance(s, dict)]
-    return bool(names) and all((run_dir / "results" / f"{n}.json").is_file() for n in names)
+    return sum((run_dir / "results" / f"{n}.json").is_file() for n in names), len(names)
 
 
 def derive(run_dir: Path, entry: str | None, now: float | None = None) -> dict[str, Any]:
@@ -176,11 +176,12 @@ def derive(run_dir: Path, entry: str | None, now: float | None = None) -> dict[s
             last = None
     silent = now - last if last is not None else None
     limit = stall_after(tail["step_s"], tail["step"] is not None)
+    at = f"step {tail['step'] if tail['step'] is not None else '–'}" + (f" of {max_steps}" if max_steps else "")
     if entry == "eval":
-        done = bool(_eval_done(run_dir))
+        summarised, sources = _eval_progress(run_dir)
+        done, at = sources > 0 and summarised == sources, f"{summarised} of {sources} sources summarised"
     else:
         done = max_steps is not None and tail["step"] is not None and tail["step"] >= max_steps
-    at = f"step {tail['step'] if tail['step'] is not None else '–'}" + (f" of {max_steps}" if max_steps else "")
     status, reason = _verdict(alive, done, silent, limit, tail["stalled_on"], run_dir, at)
     return {
         "status": status,

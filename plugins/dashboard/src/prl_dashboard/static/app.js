@@ -42,7 +42,9 @@ function route() {
   $("#crumb").textContent = run;
   $("#tabs").replaceChildren(...VIEWS.map((v) => el("a", { href: `#/run/${encodeURIComponent(run)}/${v}`, class: v === view ? "on" : "", id: "tab-" + v }, v)));
   const show = { overview: showOverview, metrics: showMetrics, config: showConfig, traces: showTraces, logs: showLogs, report: showReport }[view];
-  show(main, run, arg, query).catch((err) => main.replaceChildren(el("p", { class: "error" }, "Error: " + err.message)));
+  const loading = el("p", { class: "muted", id: "loading" }, "Loading…"); // a trace's first tokenizer load takes seconds
+  main.append(loading);
+  show(main, run, arg, query).catch((err) => main.replaceChildren(el("p", { class: "error" }, "Error: " + err.message))).finally(() => loading.remove());
 }
 window.addEventListener("hashchange", route);
 window.addEventListener("DOMContentLoaded", route);
