@@ -1,4 +1,4 @@
-"""Per-source results of a ``prl eval`` run (``results/<env>.jsonl``, ``docs/eval.md``).
+"""Per-source results of a ``prl eval`` run (``results/<env>.jsonl``, ``docs/dashboard.md``).
 
 The metrics rows of an eval hold one mean per source and no spread; the per-rollout file
 holds every reward, so the mean and its standard error (sample standard deviation over

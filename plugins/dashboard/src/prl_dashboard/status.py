@@ -202,7 +202,7 @@ def _verdict(alive, done, silent, limit, stalled_on, run_dir: Path, at: str) -> 
     if alive:
         return "running", f"{at}; processes alive"
     if done:
-        return "finished", f"reached {at}"
+        return "finished", f"reached {at}" if at.startswith("step") else at
     error = log_error(run_dir / "logs" / "latest")
     if alive is False:
         return "failed", f"its processes have exited at {at}" + (f"; {error}" if error else "")
