@@ -126,3 +126,24 @@ def test_port_zero_picks_one_free_port_for_server_and_client(fake_plugins, tmp_p
     assert port > 0
     client = json.loads((resolved / "orchestrator.json").read_text())["client"]["base_url"]
     assert client == f"http://127.0.0.1:{port}"
+
+
+def test_resolved_configs_store_local_model_paths_absolute_and_hub_ids_as_given(fake_plugins, tmp_path, monkeypatch):
+    """A model given as a relative directory is written absolute into every resolved
+    config (the dashboard and other processes read them from elsewhere); a hub id is not."""
+    work = tmp_path / "work"
+    model = work / "models" / "tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"model_type": "llama"}')
+    (model / "tokenizer_config.json").write_text('{"prl_renderer": "default"}')
+    monkeypatch.chdir(work)
+    out = tmp_path / "out"
+    for run, model_name in (("local", "models/tiny"), ("hub", "org/Tiny-Model")):
+        argv = ["rl", "--output-dir", str(out), "--run.name", run, "--model.name", model_name]
+        result = CliRunner().invoke(app, [*argv, "--orchestrator.train.source", SRC, "--dry-run"])
+        assert result.exit_code == 0, result.output
+    for name in ("trainer", "orchestrator", "inference"):
+        local_cfg = json.loads((out / "local" / "configs" / "latest" / "resolved" / f"{name}.json").read_text())
+        hub_cfg = json.loads((out / "hub" / "configs" / "latest" / "resolved" / f"{name}.json").read_text())
+        assert local_cfg["model"]["name"] == str(model), name
+        assert hub_cfg["model"]["name"] == "org/Tiny-Model", name

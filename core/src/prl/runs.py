@@ -173,10 +173,36 @@ def prepare_run(
         target = paths.resolved_dir / f"{name}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
-        target.write_text(json.dumps(data, indent=2) + "\n")
+        target.write_text(json.dumps(absolute_model_paths(data), indent=2) + "\n")
     _symlink_latest(run_dir / "configs", attempt)
     _symlink_latest(run_dir / "logs", attempt)
     return paths
+
+
+MODEL_SECTIONS = ("model", "tokenizer")
+
+
+def _local_path(name: str) -> bool:
+    """A model name that is a local path: an existing one, or one written as a path
+    (``/``, ``.`` or ``~`` first). Anything else (``Qwen/Qwen3-0.6B``) is a hub id."""
+    return bool(name) and (name.startswith(("/", ".", "~")) or Path(name).exists())
+
+
+def absolute_model_paths(data: Any) -> Any:
+    """``data`` with every ``model.name``/``tokenizer.name`` that is a local path made
+    absolute, at any depth. A resolved config is read from other directories (the
+    dashboard, a SLURM job, a resumed run started elsewhere), where a relative path names
+    nothing; hub ids are left as written."""
+    if isinstance(data, list):
+        return [absolute_model_paths(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out = {k: absolute_model_paths(v) for k, v in data.items()}
+    for key in MODEL_SECTIONS:
+        section = out.get(key)
+        if isinstance(section, dict) and isinstance(section.get("name"), str) and _local_path(section["name"]):
+            section["name"] = os.path.abspath(os.path.expanduser(section["name"]))
+    return out
 
 
 def _write_command(path: Path, entry: str, argv: list[str]) -> None:

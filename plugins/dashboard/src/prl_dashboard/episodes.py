@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,8 @@ def episode(run: Run, line: int) -> dict[str, Any]:
     except (OSError, ValueError, KeyError) as exc:
         raise NotFound(f"episode {line}: {exc}") from None
     exports = token_exports(run, str(row.get("id")), row.get("step"))
-    tokenizer = _tokenizer(str(run.path))
+    with _TOKENIZER_LOCK:
+        tokenizer, tok_name, tok_error = _tokenizer(str(run.path))
     notes, producer_of = annotations(run, str(row.get("id")))
     branches = []
     for index, branch in enumerate(trace.get("branches") or []):
@@ -106,11 +108,14 @@ def episode(run: Run, line: int) -> dict[str, Any]:
         for name, values in notes.get(index, {}).items():
             key = name if name not in overlays else f"{name} ({producer_of[name]})"
             overlays[key] = (values + [None] * len(ids))[: len(ids)]
+        text = _decode(tokenizer, ids)
+        if tokenizer is not None and text is None:
+            tok_error = "it could not decode this trace's token ids"
         branches.append({
             "index": index, "agent": branch.get("agent"), "roles": branch.get("roles"), "token_ids": ids,
-            "tokens": _decode(tokenizer, ids), "overlays": overlays, "export_step": (export or {}).get("step"),
+            "tokens": text, "overlays": overlays, "export_step": (export or {}).get("step"),
         })  # fmt: skip
-    return {"row": row, "trace": trace, "branches": branches}
+    return {"row": row, "trace": trace, "branches": branches, "tokenizer": {"name": tok_name, "error": tok_error}}
 
 
 def annotations(run: Run, trace_id: str) -> tuple[dict[int, dict[str, list]], dict[str, str]]:
@@ -172,38 +177,62 @@ def token_exports(run: Run, trace_id: str, step: Any) -> dict[int, dict[str, Any
     return {}
 
 
+# One loader at a time: two request threads importing transformers at once can see it
+# half-initialised (an ImportError), and the cache below would keep that failure.
+_TOKENIZER_LOCK = threading.Lock()
+
+
 @lru_cache(maxsize=16)
-def _tokenizer(run_path: str):
-    """The run's tokenizer (from its resolved config) to show token text; None when it
-    cannot be loaded here, and the viewer shows ids instead."""
-    resolved = Path(run_path) / "configs" / "latest" / "resolved"
-    name = None
+def _tokenizer(run_path: str) -> tuple[Any, str | None, str | None]:
+    """(tokenizer, its name, why it could not be loaded) for the run's resolved config.
+
+    Loaded from a local directory or the local Hugging Face cache only: the dashboard never
+    downloads. When it cannot load, the viewer shows token ids and says why.
+    """
+    name = _tokenizer_name(Path(run_path) / "configs" / "latest" / "resolved")
+    if not name:
+        return None, None, "the run's resolved config names no model or tokenizer"
+    missing = _offline_problem(name)
+    if missing:
+        return None, name, missing  # importing transformers only to fail costs seconds per run
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        return None, name, f"transformers cannot be imported ({exc}; pip install prl-dashboard[tokens])"
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=True), name, None
+    except Exception as exc:  # any failure only costs the token text, and is shown
+        log.info("dashboard: no tokenizer for %s (%s); showing token ids", name, exc)
+        return None, name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+
+
+def _tokenizer_name(resolved: Path) -> str | None:
     for fname in ("trainer.json", "orchestrator.json", "sft.json", "eval.json", "inference.json"):
         try:
             cfg = json.loads((resolved / fname).read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        tok = cfg.get("tokenizer") or {}
-        name = tok.get("name") or (cfg.get("model") or {}).get("name")
+        name = (cfg.get("tokenizer") or {}).get("name") or (cfg.get("model") or {}).get("name")
         if name:
-            break
-    if not name or not _available_offline(name):
-        return None  # importing transformers only to fail costs seconds per run
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(name, local_files_only=True)
-    except Exception as exc:  # any failure only costs the token text
-        log.info("dashboard: no tokenizer for %s (%s); showing token ids", name, exc)
-        return None
+            return str(name)
+    return None
 
 
-def _available_offline(name: str) -> bool:
-    """A local model directory, or a hub id already in the Hugging Face cache."""
-    if Path(name).is_dir():
-        return True
+def _offline_problem(name: str) -> str | None:
+    """Why ``name`` cannot be loaded without a download, or None when it can be tried: a
+    path must be an existing directory (a relative one is resolved from the dashboard's
+    own directory, where it rarely exists), a hub id must be in the local cache."""
+    if name.startswith(("/", ".", "~")) or Path(name).exists():
+        path = Path(name).expanduser()
+        if path.is_dir():
+            return None
+        where = "" if path.is_absolute() else f" (relative to the dashboard's directory {Path.cwd()})"
+        return f"no model directory {name}{where}"
     cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
-    return (cache.expanduser() / ("models--" + name.replace("/", "--"))).is_dir()
+    entry = cache.expanduser() / ("models--" + name.replace("/", "--"))
+    if not entry.is_dir():
+        return f"not a local directory and not in the local Hugging Face cache {cache.expanduser()}"
+    return None
 
 
 def _decode(tokenizer, ids: list[int]) -> list[str] | None:

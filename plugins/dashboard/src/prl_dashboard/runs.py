@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,29 +112,13 @@ def _attempts(run: Run) -> list[int]:
     return sorted(out)
 
 
-def _last_step(metrics: Path) -> tuple[int | None, float | None]:
-    """(largest step, time of the last row) from the tail of ``metrics.jsonl``."""
-    try:
-        text = read_text(metrics, 64 * 1024)
-    except OSError:
-        return None, None
-    step = stamp = None
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            if isinstance(row.get("step"), int):
-                step = max(step or 0, row["step"])
-            stamp = row.get("time", stamp)
-    return step, stamp
-
-
 def summary(run: Run) -> dict[str, Any]:
-    """What the run list shows of one run."""
+    """What the run list shows of one run, with its status (:mod:`prl_dashboard.status`)."""
+    from prl_dashboard.status import derive
+
     metrics = run.file_dir / "metrics.jsonl"
-    step, stamp = _last_step(metrics) if metrics.is_file() else (None, None)
+    entry = entry_of(run)
+    state = derive(run.path, entry)
     try:
         updated = max(p.stat().st_mtime for p in (run.path, metrics) if p.exists())
     except ValueError:
@@ -144,12 +127,16 @@ def summary(run: Run) -> dict[str, Any]:
         "id": run.id,
         "root": str(run.root),
         "path": str(run.path),
-        "entry": entry_of(run),
+        "entry": entry,
         "attempts": _attempts(run),
-        "last_step": step,
-        "last_row_time": stamp,
+        "last_step": state["step"],
+        "max_steps": state["max_steps"],
+        "last_row_time": state["last_row_time"],
+        "step_s": state["step_s"],
         "updated": updated,
-        "live": stamp is not None and time.time() - stamp < 120,
+        "status": state["status"],
+        "status_reason": state["reason"],
+        "live": state["status"] == "running",
         "has_metrics": metrics.is_file(),
         "has_traces": (run.file_dir / "traces" / "stream.index.jsonl").is_file(),
         "has_token_exports": (run.path / "token_exports").is_dir(),

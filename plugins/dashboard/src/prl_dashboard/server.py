@@ -16,6 +16,7 @@ nothing here writes to a run. Routes (``docs/dashboard.md``)::
     /api/runs/{run}/live/{trace}        one in-flight episode's prompt and events so far
     /api/runs/{run}/logfiles | log?name=  (no name: the merged component logs)
     /api/runs/{run}/reports | report?name=
+    /api/runs/{run}/results             per-source mean ± stderr of a prl eval run
 
 A run id may contain ``/``; the app sends it percent-encoded as one path segment.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from prl_dashboard import episodes, live, runs
+from prl_dashboard import episodes, live, results, runs
 from prl_dashboard.runs import NotFound, Run
 
 log = logging.getLogger("prl.dashboard")
@@ -100,6 +101,7 @@ RUN_ROUTES: dict[str, RunRoute] = {
     "logfiles": lambda run, q, t: runs.logfiles(run),
     "log": lambda run, q, t: runs.log(run, q["name"]) if q.get("name") else {"lines": runs.merged_log(run)},
     "reports": lambda run, q, t: runs.reports(run),
+    "results": lambda run, q, t: results.results(run),
     "report": lambda run, q, t: runs.report(run, _need(q, "name")),
     "episodes": lambda run, q, t: episodes.episode(run, _episode_line(t)) if t else episodes.page(run, q),
     "live": lambda run, q, t: live.episode(run, t[0]) if t else live.listing(run),

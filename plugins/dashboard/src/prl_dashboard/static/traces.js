@@ -119,6 +119,9 @@ async function showEpisode(main, run, line) {
     main.append(el("h3", { class: "section" }, "Transcript"),
       el("div", { id: "transcript" }, t.messages.map((m) => el("div", { class: "msg" }, el("b", {}, m.role || "?"), "  ", typeof m.content === "string" ? m.content : JSON.stringify(m.content)))));
   }
+  const tok = ep.tokenizer || {};
+  if (ep.branches.some((b) => !b.tokens) && tok.error) // ids instead of text: say why, never silently
+    main.append(el("p", { class: "notice", id: "token-notice" }, `showing token ids: tokenizer ${tok.name || "(none)"} not found: ${tok.error}`));
   for (const b of ep.branches) main.append(branchView(b));
 }
 
