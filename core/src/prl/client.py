@@ -241,6 +241,15 @@ class InferenceHTTPClient:
         except httpx.HTTPError:
             return False
 
+    async def reachable(self) -> bool:
+        """Whether anything answers at ``base_url``, whatever the status (servers differ in
+        which paths they serve): False only for a refused or unanswered connection."""
+        try:
+            await self._http.get("/health", timeout=10.0)
+        except httpx.TransportError:
+            return False
+        return True
+
     async def wait_ready(self, timeout: float = 300.0, interval: float = 0.5) -> None:
         """Wait until ``GET /health`` answers 200; TimeoutError names the server and last error."""
         deadline = time.monotonic() + timeout
