@@ -308,8 +308,8 @@ def cmd_sft(argv: list[str]) -> int:
     log_file = paths.log_dir / "trainer.log"
     os.environ[LOG_FILE_ENV] = str(log_file)
     try:
-        logs = {"trainer": log_file}
-        return run_reported("sft", paths.run_dir, paths.log_dir, logs, lambda: int(trainer_cls.run_sft(cfg) or 0), True)
+        train = lambda: int(trainer_cls.run_sft(cfg) or 0)  # noqa: E731
+        return run_reported("sft", paths.run_dir, paths.log_dir, {"trainer": log_file}, train, in_process=True)
     finally:
         os.environ.pop(LOG_FILE_ENV, None)
 
