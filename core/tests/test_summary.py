@@ -92,3 +92,9 @@ def test_start_lines_name_the_run_and_each_log(tmp_path):
         f"Run directory: {tmp_path / 'run'}",
         f"Starting inference, trainer ... (logs: {logs}: inference.log, trainer.log)",
     ]
+
+
+def test_a_run_stopped_by_a_signal_blames_no_process(tmp_path):
+    run = _rl_run(tmp_path)
+    lines = end_lines(Outcome("rl", run, run / "logs" / "attempt_1", 130, 40.0))
+    assert lines[:2] == [f"Run stopped by SIGINT after 40s: {run}", "  reward:          0.1250 → 0.7500 (step 1 → 3)"]

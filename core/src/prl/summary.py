@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,10 +116,15 @@ class Outcome:
 
 def end_lines(out: Outcome) -> list[str]:
     """The summary printed when a run ends (see the module docstring)."""
-    ok = out.code == 0
-    head = f"Run finished in {out.wall_s:.0f}s" if ok else f"Run failed after {out.wall_s:.0f}s (exit code {out.code})"
+    ok, signalled = out.code == 0, _signal_name(out.code)
+    if ok:
+        head = f"Run finished in {out.wall_s:.0f}s"
+    elif signalled:  # the user stopped it (Ctrl-C, kill): nothing to blame
+        head = f"Run stopped by {signalled} after {out.wall_s:.0f}s"
+    else:
+        head = f"Run failed after {out.wall_s:.0f}s (exit code {out.code})"
     lines = [f"{head}: {out.run_dir}"]
-    if not ok:
+    if not ok and not signalled:
         lines.append(f"  failed:          {_blame(out)}")
     lines.extend(_headline(out))
     ckpt = last_checkpoint(out.run_dir, out.entry)
@@ -128,6 +134,16 @@ def end_lines(out: Outcome) -> list[str]:
     if ok:
         lines.extend(next_commands(out.entry, out.run_dir, ckpt))
     return lines
+
+
+def _signal_name(code: int) -> str | None:
+    """SIGINT for exit code 130 (128 + the signal number, as launchers return it)."""
+    if code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return None
 
 
 def _blame(out: Outcome) -> str:

@@ -308,7 +308,10 @@ def cmd_sft(argv: list[str]) -> int:
     log_file = paths.log_dir / "trainer.log"
     os.environ[LOG_FILE_ENV] = str(log_file)
     try:
-        train = lambda: int(trainer_cls.run_sft(cfg) or 0)  # noqa: E731
+
+        def train() -> int:
+            return int(trainer_cls.run_sft(cfg) or 0)
+
         return run_reported("sft", paths.run_dir, paths.log_dir, {"trainer": log_file}, train, in_process=True)
     finally:
         os.environ.pop(LOG_FILE_ENV, None)
