@@ -295,6 +295,8 @@ def _report(
             code = 1
         console.print(line, markup=False, highlight=False, soft_wrap=True)
         log.info(line, extra=FILE_ONLY)
+    where = f"Results: {run_dir / 'results'} (<source>.json summaries, <source>.jsonl one line per rollout)"
+    console.print(where, markup=False, highlight=False, soft_wrap=True)
     return code
 
 
