@@ -43,6 +43,14 @@ def test_standard_error_is_over_texts_and_the_gain_is_judged(tmp_path, capsys):
     assert out[3].startswith("verdict: RL learned")
 
 
+def test_failed_rollouts_are_left_out_of_a_texts_mean(tmp_path, capsys):
+    run = _eval_run(tmp_path, "r", {"eval/0": [0.2, 0.4], "eval/1": [0.6]})
+    index = run / "monitors" / "file" / "traces" / "stream.index.jsonl"
+    with index.open("a") as fh:  # a rollout whose request failed: reward 0.0, ok false
+        fh.write(json.dumps({"kind": "eval", "group": "eval/1", "reward": 0.0, "ok": False}) + "\n")
+    assert _run(capsys, run)[0].endswith("held-out reward 0.4500 ± 0.1500 (standard error over 2 texts)")
+
+
 def test_a_small_gain_is_not_called_learning(tmp_path, capsys):
     before = _eval_run(tmp_path, "b", {"eval/0": [0.30], "eval/1": [0.32]})
     after = _eval_run(tmp_path, "a", {"eval/0": [0.35], "eval/1": [0.37]})

@@ -49,6 +49,10 @@ def test_prl_rl_runs_to_the_end_with_the_local_launcher(tmp_path, capsys, transp
     assert "[orchestrator] Step 2 |" in out.out and "[trainer] Step 2 |" in out.out
     run_dir = tmp_path / "outputs" / "e2e"
     logs = run_dir / "logs" / "attempt_1"
+    # where the logs are before anything starts, a summary with the reward at the end
+    assert out.out.startswith(f"Run directory: {run_dir}\nStarting inference, orchestrator, trainer ... (logs: {logs}:")
+    assert "\n  reward:          " in out.out and "(step 1 → 2)" in out.out
+    assert f"\n  prl export {run_dir / 'checkpoints' / 'step_2'}   #" in out.out
     assert (logs / "inference.log").exists() and (logs / "trainer.log").exists()
     rows = [json.loads(x) for x in (run_dir / "monitors" / "file" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("producer") == "orch" and r.get("step")] == [1, 2]

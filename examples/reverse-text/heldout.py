@@ -32,7 +32,8 @@ def per_text_rewards(run_dir: Path) -> dict[str, float]:
     by_text: dict[str, list[float]] = defaultdict(list)
     for line in index.read_text().splitlines():
         row = json.loads(line)
-        if row.get("kind") == "eval" and row.get("reward") is not None:
+        # a failed rollout (error, timeout) has no answer to score: left out, as prl eval does
+        if row.get("kind") == "eval" and row.get("reward") is not None and row.get("ok", True):
             by_text[str(row["group"])].append(float(row["reward"]))
     if len(by_text) < 2:
         raise SystemExit(f"heldout: {index} has fewer than two evaluated texts")

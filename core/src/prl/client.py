@@ -241,6 +241,18 @@ class InferenceHTTPClient:
         except httpx.HTTPError:
             return False
 
+    async def reachable(self) -> bool:
+        """Whether a server listens at ``base_url``, whatever it answers (servers differ in
+        which paths they serve): False only when no connection can be made. A server that
+        accepts the connection but is slow to answer is there, only busy."""
+        try:
+            await self._http.get("/health", timeout=10.0)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol):
+            return False
+        except httpx.HTTPError:
+            return True
+        return True
+
     async def wait_ready(self, timeout: float = 300.0, interval: float = 0.5) -> None:
         """Wait until ``GET /health`` answers 200; TimeoutError names the server and last error."""
         deadline = time.monotonic() + timeout

@@ -11,13 +11,17 @@ top-level one). With ``r_ij`` the reward of rollout ``j`` of example ``i`` (n ex
 Rollouts of all sources share one in-flight limit between ``concurrency.min_inflight`` and
 ``max_inflight``: eval pins the band by default (a fixed limit); with min < max the limit
 adapts to throughput as the orchestrator's does (:mod:`prl.orchestrator.concurrency`).
-Failed or timed-out rollouts count with reward 0 and are reported under ``has_error`` and
-``is_timeout``. Metrics go to every enabled monitor as one row per source, ``producer =
-"eval"``: ``eval/<env>/avg@k``, ``eval/<env>/pass@k``,
+Failed or timed-out rollouts are counted (``num_failed``, ``has_error``, ``is_timeout``)
+and left out of every reward and of avg@k and pass@k; when all of a source's rollouts fail
+it has no reward metrics and ``prl eval`` exits 1. Before anything runs, ``prl eval``
+checks that a server answers at ``client.base_url`` (exit 2 when none does).
+Metrics go to every enabled monitor as one row per source, ``producer = "eval"``:
+``eval/<env>/avg@k``, ``eval/<env>/pass@k``, ``eval/<env>/num_failed``,
 ``eval/<env>/all/<agent>/{reward,is_truncated,has_error}/mean``,
 ``eval/<env>/all/seq_len/mean``, ``eval/<env>/is_timeout/mean`` and each env metric as
 ``eval/<env>/<name>/mean``. Per-rollout results land in ``<run>/results/<env>.jsonl`` and
-the per-source summary in ``<run>/results/<env>.json``.
+the per-source summary in ``<run>/results/<env>.json`` (its metrics plus ``failed_rollouts``
+and ``first_error``).
 
 Resume: after every ``ckpt.interval`` completed groups the cursor (completed groups so far)
 and the completed groups' results are written atomically to
@@ -42,7 +46,7 @@ from typing import Any
 from prl import layout
 from prl.config.roots import EvalConfig
 from prl.contracts.monitor import build_monitors
-from prl.evalstats import rollout_record, summarize, trace_records
+from prl.evalstats import failure_note, failures, rollout_record, summarize, trace_records
 from prl.fsutil import write_atomic
 from prl.live import LiveEpisodes
 from prl.logs import FILE_ONLY, setup_logging
@@ -272,19 +276,49 @@ def _report(
         metrics = summarize(r.name, groups, r.k)
         for monitor in monitors:
             monitor.log(metrics, 0)
-        (run_dir / "results" / f"{r.name}.json").write_text(json.dumps(metrics, indent=2))
-        reward = metrics.get(f"eval/{r.name}/avg@{r.k}", 0.0)
-        line = (
-            f"Evaluated {r.name} | {len(groups)} examples x {r.k} rollouts"
-            f" | avg@{r.k} {reward:.4f}"
-            f" | pass@{r.k} {metrics.get(f'eval/{r.name}/pass@{r.k}', 0.0):.4f} | Reward {reward:.4f}"
-        )
+        n_failed, total, first_error = failures(groups)
+        # The per-source file says how many rollouts failed and why, next to the numbers
+        # computed without them (a reader must not take a failure-free mean on trust).
+        record = {**metrics, "failed_rollouts": n_failed, "first_error": first_error}
+        (run_dir / "results" / f"{r.name}.json").write_text(json.dumps(record, indent=2))
+        line = f"Evaluated {r.name} | {len(groups)} examples x {r.k} rollouts"
+        reward = metrics.get(f"eval/{r.name}/avg@{r.k}")
+        if reward is not None:
+            line += f" | avg@{r.k} {reward:.4f} | pass@{r.k} {metrics[f'eval/{r.name}/pass@{r.k}']:.4f}"
+            line += f" | Reward {reward:.4f}"
+        note = failure_note(groups)
+        if note:
+            line += f" | {note}"
         if r.failure:
-            code = 1
             line += f" | stopped early: {r.failure}"
+        if r.failure or (total and n_failed == total):
+            code = 1
         console.print(line, markup=False, highlight=False, soft_wrap=True)
         log.info(line, extra=FILE_ONLY)
+    where = f"Results: {run_dir / 'results'} (<source>.json summaries, <source>.jsonl one line per rollout)"
+    console.print(where, markup=False, highlight=False, soft_wrap=True)
     return code
+
+
+def check_server(config: EvalConfig) -> None:
+    """Fail in one line when nothing answers at ``client.base_url``: without this, every
+    rollout would fail on its own connection error. A client without ``reachable`` (a
+    plugin's, a test's scripted one) is not asked."""
+    from prl.config.errors import HostError
+    from prl.orchestrator import run as orchestrator_run
+
+    async def probe() -> bool:
+        client = orchestrator_run.build_client(config)
+        try:
+            reachable = getattr(client, "reachable", None)
+            return reachable is None or await reachable()
+        finally:
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+
+    if not asyncio.run(probe()):
+        raise HostError(f"no server at {config.client.base_url}: start `prl inference` or set --client.base-url")
 
 
 def run_eval(config: EvalConfig, run_dir: Path, log_file: Path | None = None) -> int:

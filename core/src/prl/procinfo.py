@@ -1,12 +1,13 @@
 """Which processes make up an attempt of a run, and what state each is in.
 
 Launchers and the orchestrator append one JSON line per process they start to
-``<attempt log dir>/processes.jsonl`` (``{"name", "pid", "log", "time"}``); the newest line
-of a name wins, so a restarted process simply appends again. A JSON-lines file rather than
-one JSON object because several processes (the launcher, the orchestrator for its env
-servers) write to it: each line is one ``write`` on an ``O_APPEND`` descriptor and never
-interleaves with another's. The stall watchdog reads it to name a process by pid and quote
-its last log line; users read it to find which pid to look at.
+``<attempt log dir>/processes.jsonl`` (``{"name", "pid", "log", "time"}``, plus ``"exit"``
+once a launcher saw it fail); the newest line of a name wins, so a restarted process simply
+appends again. A JSON-lines file rather than one JSON object because several processes (the
+launcher, the orchestrator for its env servers) write to it: each line is one ``write`` on an
+``O_APPEND`` descriptor and never interleaves with another's. The stall watchdog reads it to
+name a process by pid and quote its last log line; the end-of-run summary names the process
+that failed; users read it to find which pid to look at.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ def record(log_dir: str | os.PathLike | None, name: str, pid: int, log: str | os
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def record_exit(log_dir: str | os.PathLike | None, name: str, code: int) -> None:
+    """Append that ``name`` exited with ``code`` (a launcher, when a child ends the run):
+    the end-of-run summary names the process that failed from it. The line repeats the
+    pid and log of the start line, since the newest line of a name wins."""
+    if not log_dir:
+        return
+    started = read(log_dir).get(name, {})
+    row = {"name": name, "pid": started.get("pid"), "log": started.get("log"), "time": started.get("time")}
+    row.update(exit=code, exit_time=round(time.time(), 3))
+    fd = os.open(Path(log_dir) / PROCESSES, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(row) + "\n").encode())
     finally:
         os.close(fd)
 

@@ -296,6 +296,31 @@ def test_online_eval_runs_at_interval_versions(make_config, tmp_path, kit, capsy
     assert "Eval step 4 | held-out avg@3" in capsys.readouterr().out
 
 
+def test_online_eval_leaves_failed_rollouts_out_of_the_mean(make_config, tmp_path, kit, capsys):
+    from prl.envs.source import EnvSource
+    from prl.orchestrator.evals import OnlineEval
+
+    taskset = {"id": "orch-count", "reward": 1.0, "fail_every": 4}  # 3 of 12 rollouts raise
+    config = make_config(
+        eval={"group_size": 3, "num_examples": 4, "source": [{"name": "ho", "env": {"taskset": taskset}}]}
+    )
+    monitor = kit.ListMonitor()
+    envs = {s.name: EnvSource(s, "eval", tmp_path) for s in config.eval.source}
+    evaluator = OnlineEval(config.eval, envs, kit.InstantClient(), None, [monitor], max_inflight=1)
+
+    async def run():
+        await evaluator.start()
+        try:
+            return await evaluator.run(2)
+        finally:
+            await evaluator.close()
+
+    metrics = asyncio.run(run())
+    # every rollout that finished earned 1.0: failures are counted, not averaged in as 0
+    assert metrics["eval/ho/avg@3"] == 1.0 and metrics["eval/ho/num_failed"] == 3
+    assert "ho: 3 of 12 rollouts failed: RuntimeError: env exploded" in capsys.readouterr().out
+
+
 def test_weight_update_cancels_groups_already_too_stale(make_config, tmp_path, kit):
     config = make_config(max_off_policy_steps=1)
     orch = _orchestrator(config, tmp_path, kit)

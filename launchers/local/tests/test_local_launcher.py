@@ -14,6 +14,7 @@ import pytest
 from prl_launcher_local import LocalLauncher
 
 from prl.contracts.launcher import ProcessSpec
+from prl.summary import failed_process
 
 PY = sys.executable
 
@@ -74,6 +75,8 @@ def test_a_dying_child_stops_the_others_and_is_named(tmp_path, capsys):
     assert "process 'trainer' exited with code 3" in err
     assert "RuntimeError: out of memory" in err and "trainer.log" in err
     assert not _alive(tmp_path, "orchestrator") and not _alive(tmp_path, "server")
+    # what the end-of-run summary reads to name it
+    assert failed_process(tmp_path / "logs") == ("trainer", str(tmp_path / "logs" / "trainer.log"))
 
 
 def test_a_server_exiting_is_a_failure(tmp_path, capsys):

@@ -41,3 +41,10 @@ def test_extra_metrics_and_producer(tmp_path):
     monitor, buf = _monitor(tmp_path, producer="trainer", extra=["optim/lr"])
     monitor.log({"optim/lr": 1e-6}, step=1)
     assert buf.getvalue().strip() == "Step 1 | trainer | optim/lr 1e-06"
+
+
+def test_sft_loss_shows_and_a_row_with_nothing_to_show_prints_nothing(tmp_path):
+    monitor, buf = _monitor(tmp_path, producer="trainer")
+    monitor.log({"loss/mean": 5.46938, "time/step": 1.5}, step=3)
+    monitor.log({"time/save_ckpt": 0.27}, step=3)
+    assert buf.getvalue().splitlines() == ["Step 3 | trainer | Time 1.50s | Loss 5.4694"]

@@ -87,13 +87,43 @@ def test_resume_skips_completed_groups_and_drops_partial_ones(tmp_path, policy):
     assert summary["eval/rt/num_examples"] == 6 and summary["eval/rt/avg@2"] == 1.0
 
 
-def test_failing_rollouts_are_counted_not_fatal(tmp_path, policy):
+def test_when_every_rollout_fails_there_is_no_reward_and_the_exit_is_non_zero(tmp_path, policy, capsys):
     def broken(msgs):
         raise RuntimeError("server said no")
 
     policy["fn"] = broken
     run_dir = tmp_path / "ev"
-    assert run_eval(config(tmp_path, ckpt=None), run_dir) == 0
+    assert run_eval(config(tmp_path, ckpt=None), run_dir) == 1
+    assert "all of 12 rollouts failed: RuntimeError: server said no" in capsys.readouterr().out
     summary = json.loads((run_dir / "results" / "rt.json").read_text())
-    assert summary["eval/rt/avg@2"] == 0.0 and summary["eval/rt/all/default/has_error/mean"] == 1.0
+    assert "eval/rt/avg@2" not in summary and "eval/rt/pass@2" not in summary
+    assert summary["failed_rollouts"] == 12 and summary["first_error"] == "RuntimeError: server said no"
+    assert summary["eval/rt/all/default/has_error/mean"] == 1.0
     assert not (run_dir / "checkpoints").exists()
+
+
+def test_failed_rollouts_are_counted_and_left_out_of_the_mean(tmp_path, policy, capsys):
+    failing = {"eval/0", "eval/1"}  # task ids; their prompts are recognised by text below
+    texts = {t.task_id: t.data["text"] for t in _tasks()}
+
+    def some_fail(msgs):
+        text = last_user(msgs)
+        if any(texts[i] in text for i in failing):
+            raise RuntimeError("HTTP 500")
+        return text[::-1]
+
+    policy["fn"] = some_fail
+    run_dir = tmp_path / "ev"
+    assert run_eval(config(tmp_path, ckpt=None), run_dir) == 0
+    assert "4 of 12 rollouts failed: RuntimeError: HTTP 500" in capsys.readouterr().out
+    summary = json.loads((run_dir / "results" / "rt.json").read_text())
+    # the 8 rollouts that completed all reversed right: 1.0, not 8/12
+    assert summary["eval/rt/avg@2"] == 1.0 and summary["eval/rt/pass@2"] == 1.0
+    assert summary["failed_rollouts"] == 4 and summary["eval/rt/num_failed"] == 4
+    assert summary["eval/rt/all/default/has_error/mean"] == pytest.approx(4 / 12)
+
+
+def _tasks():
+    from prl_tasks_builtin.reverse_text import ReverseText
+
+    return list(ReverseText(ReverseText.Config(num_eval=6)).tasks("eval"))

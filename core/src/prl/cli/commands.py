@@ -21,6 +21,7 @@ from prl.config.resolve import Resolved, resolve
 from prl.logs import LOG_FILE_ENV
 from prl.plugins import TRAINERS, Kind, PluginError, get_registry
 from prl.runs import RunPaths, generate_name, prepare_run, run_dir_of
+from prl.summary import print_lines, run_reported, start_lines
 
 T = TypeVar("T")
 
@@ -238,7 +239,7 @@ def cmd_rl(argv: list[str]) -> int:
     except ImportError as exc:
         raise MissingMachinery(f"the RL launch plan (prl.rl_launch) is not available: {exc}") from None
     processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir, clear_scratch=not cfg.dry_run)
-    return _launch(cfg, paths, processes)
+    return _launch("rl", cfg, paths, processes)
 
 
 def _explain(argv: list[str]) -> int:
@@ -293,13 +294,18 @@ def _placed_inference(cfg, entry: str):
     return inference.model_copy(update={"slurm": None})
 
 
-def _launch(cfg, paths: RunPaths, processes: list) -> int:
-    """Hand the plan to the ``[deployment]`` launcher; a dry run only renders it there."""
+def _launch(entry: str, cfg, paths: RunPaths, processes: list) -> int:
+    """Hand the plan to the ``[deployment]`` launcher; a dry run only renders it there. A
+    run supervised from here says where it logs as it starts and sums up when it ends; a
+    batch scheduler's launcher returns once the job is submitted, with nothing to sum up."""
     launcher = cfg.deployment.build(run_dir=paths.run_dir, root=cfg)
     if cfg.dry_run:
         launcher.dry_run(processes)
         return _dry_run_done(paths)
-    return launcher.launch(processes)
+    if cfg.deployment.submits:
+        return launcher.launch(processes)
+    logs = {p.name: p.log_path for p in processes}
+    return run_reported(entry, paths.run_dir, paths.log_dir, logs, lambda: launcher.launch(processes))
 
 
 def cmd_sft(argv: list[str]) -> int:
@@ -340,14 +346,19 @@ def cmd_sft(argv: list[str]) -> int:
         from prl.sft_launch import build_processes
 
         processes = build_processes(cfg, paths.run_dir, paths.config_dir, paths.log_dir, clear_scratch=not cfg.dry_run)
-        return _launch(cfg, paths, processes)
+        return _launch("sft", cfg, paths, processes)
     # Trained in this process (or its torchrun ranks): the lines a launcher would have put
     # in the trainer's log file go there too, and env_vars apply here as to any child.
     _export_env_vars(cfg)
     _load_from_cache_only()
-    os.environ[LOG_FILE_ENV] = str(paths.log_dir / "trainer.log")
+    log_file = paths.log_dir / "trainer.log"
+    os.environ[LOG_FILE_ENV] = str(log_file)
     try:
-        return int(trainer_cls.run_sft(cfg) or 0)
+
+        def train() -> int:
+            return int(trainer_cls.run_sft(cfg) or 0)
+
+        return run_reported("sft", paths.run_dir, paths.log_dir, {"trainer": log_file}, train, in_process=True)
     finally:
         os.environ.pop(LOG_FILE_ENV, None)
 
@@ -394,15 +405,19 @@ def cmd_eval(argv: list[str]) -> int:
     check_renderers(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
+    try:
+        from prl.eval import check_server, run_eval
+    except ImportError as exc:
+        raise MissingMachinery(f"prl eval's machinery (prl.eval) is not available: {exc}") from None
+    if not cfg.dry_run:
+        check_server(cfg)  # before the run directory: nothing to clean up
     paths = _prepare("eval", cfg, res, {"eval": cfg})
     if cfg.dry_run:
         return _dry_run_done(paths)
-    try:
-        from prl.eval import run_eval
-    except ImportError as exc:
-        raise MissingMachinery(f"prl eval's machinery (prl.eval) is not available: {exc}") from None
     _export_env_vars(cfg)
-    return int(run_eval(cfg, paths.run_dir, paths.log_dir / "eval.log") or 0)
+    log_file = paths.log_dir / "eval.log"
+    print_lines(start_lines(paths.run_dir, paths.log_dir, {"eval": log_file}))
+    return int(run_eval(cfg, paths.run_dir, log_file) or 0)
 
 
 def _refuse_shortcut_with_sources(res: Resolved) -> None:

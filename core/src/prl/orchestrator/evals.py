@@ -76,18 +76,22 @@ class OnlineEval:
         self.tasks.append(asyncio.create_task(self.run(version), name=f"eval-{version}"))
 
     async def run(self, version: int) -> dict[str, float]:
-        from prl.evalstats import summarize
+        from prl.evalstats import failure_note, summarize
 
         metrics: dict[str, float] = {}
+        notes: list[str] = []
         for source in self.config.source:
             k = source.group_size or self.config.group_size
             groups = await self._source(source, k, version)
             metrics.update(summarize(source.name, groups, k))
+            note = failure_note(groups)
+            if note:  # the means above leave these rollouts out: say how many and why
+                notes.append(f"{source.name}: {note}")
         for monitor in self.monitors:
             monitor.log(metrics, version)
         headline = {k: v for k, v in metrics.items() if "/avg@" in k or "/pass@" in k}
-        shown = " | ".join(f"{k.split('/')[1]} {k.rsplit('/', 1)[1]} {v:.4f}" for k, v in headline.items())
-        print(f"Eval step {version} | {shown}", flush=True)
+        shown = [f"{k.split('/')[1]} {k.rsplit('/', 1)[1]} {v:.4f}" for k, v in headline.items()]
+        print(" | ".join([f"Eval step {version}", *shown, *notes]), flush=True)
         return metrics
 
     async def _source(self, source: Any, k: int, version: int) -> dict[str, list[dict]]:

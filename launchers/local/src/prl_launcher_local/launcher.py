@@ -189,6 +189,8 @@ class LocalLauncher(Launcher):
                 if child.proc is not None:
                     running.append(child)
             elif code != 0 or child.is_server:
+                # Kept beside its pid for the end-of-run summary (prl.summary), which names it.
+                procinfo.record_exit(child.spec.log_path.parent, child.name, code)
                 self._report_death(child, code)
                 raise RunStopped(exit_code(code) or 1)
         return running

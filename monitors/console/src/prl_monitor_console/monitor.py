@@ -3,9 +3,10 @@
     Step 12 | orch | Time 3.21s | Reward 0.5000 | Seq. Length 118.0 | Off-policy 2
 
 Each field is shown only when the row has one of its metric names (the first found wins),
-so the trainer and the orchestrator print different lines from the same table. Rows
-without a step (``inference/*``, ``dispatcher/*``, ...) arrive many times a second and are
-not printed: the line stays one per step. Output goes through rich, which drops colour
+so the trainer and the orchestrator print different lines from the same table. A row with
+none of them (the trainer's checkpoint timing) prints nothing, and neither do rows
+without a step (``inference/*``, ``dispatcher/*``, ...), which arrive many times a second:
+the line stays one per step. Output goes through rich, which drops colour
 when the stream is not a terminal (log files stay plain text).
 """
 
@@ -25,7 +26,7 @@ from prl.contracts.monitor import Monitor, MonitorConfig
 FIELDS: list[tuple[str, tuple[str, ...], str]] = [
     ("Time", ("time/step",), "{:.2f}s"),
     ("Reward", ("reward/all/mean", "reward/mean", "train/agg/all/reward/mean", "reward"), "{:.4f}"),
-    ("Loss", ("loss/all", "loss/total", "loss"), "{:.4f}"),
+    ("Loss", ("loss/all", "loss/mean", "loss/total", "loss"), "{:.4f}"),
     ("Entropy", ("entropy/all/mean",), "{:.4f}"),
     ("Mismatch KL", ("mismatch_kl/all/mean",), "{:.4f}"),
     ("Grad Norm", ("optim/grad_norm",), "{:.4f}"),
@@ -59,8 +60,8 @@ class ConsoleMonitor(Monitor):
         self.console = Console(file=file, highlight=False, soft_wrap=True)
 
     def log(self, metrics: dict[str, float], step: int | None) -> None:
-        if step is None:
-            return
+        if step is None or not self._fields(metrics):
+            return  # a row with nothing to show (a checkpoint's save time) is no step line
         self.console.print(self.line(metrics, step))
 
     def line(self, metrics: dict[str, Any], step: int) -> Text:
