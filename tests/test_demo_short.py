@@ -5,7 +5,7 @@ reward must rise.
 
 Recorded (2026-12-02, 2 pinned cores of an idle 16-core host; the same recipe): the reward
 of RL steps 1-5 averaged 0.171 and that of steps 21-30 0.240; RL-only runs of the full demo
-start the same way and keep rising to about 0.41 by step 120 (README). A run in which RL
+start the same way and keep rising to about 0.41 by step 120 (docs/performance.md). A run in which RL
 does not learn stays near its start: about 0.17 with a standard error of about 0.011 over
 ten steps of 32 samples. The thresholds sit between the two: the last ten steps must average
 at least 0.20 and at least 0.025 more than the first five.

@@ -90,7 +90,8 @@ class CommonRunFields(PrlModel):
     env_vars: EnvVars = {}
     """Environment variables exported to every child process."""
     dashboard: bool = True
-    """Register the run with the local dashboard."""
+    """Accepted from prime-rl configs; changes nothing: ``prl dashboard`` finds runs by reading
+    the output directories it is given, so a run needs no registering."""
     dry_run: bool = False
     """Resolve, validate and write the run's configs, then stop."""
     deployment: _LAUNCHERS = Field(default_factory=lambda: _default_plugin("launchers"))

@@ -14,6 +14,9 @@ import errno
 import io
 import json
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,20 @@ SFT_PARTS = layout.COMPONENTS["sft"]
 ADAPTER_CONFIG = "adapter_config.json"
 FULL_BELOW = 1 << 20
 """A failed save with less than this free (or less than a checkpoint takes) is a full disk."""
+
+# torch DCP warns on every save and load made without a process group. A trainer of one
+# process (num_workers = 1, the CPU examples) never starts one, and a single-process
+# checkpoint is exactly what it means to write: the shard and .metadata are the same as a
+# one-rank group's, and resume and export read them back. So this one message is noise.
+_NO_PROCESS_GROUP = r"torch\.distributed is disabled, unavailable or uninitialized, assuming the intent is to"
+
+
+@contextmanager
+def single_process_quiet() -> Iterator[None]:
+    """Around ``dcp.save``/``dcp.load``: hide DCP's no-process-group UserWarning, only it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_PROCESS_GROUP, category=UserWarning)
+        yield
 
 
 def ckpt_root(config: Any, run_dir: Path) -> Path:
@@ -119,7 +136,8 @@ def _save(step_dir: Path, hf_model, optimizer, scheduler, progress, loader_state
     # sync_files fsyncs every shard and the .metadata before dcp.save returns, which the
     # COMPLETE marker written next vouches for.
     writer = dcp.FileSystemWriter(str(trainer_dir), sync_files=True, overwrite=True)
-    dcp.save(state, storage_writer=writer)
+    with single_process_quiet():
+        dcp.save(state, storage_writer=writer)
     if rank == 0:
         layout.mark_complete(step_dir, layout.TRAINER)
 
@@ -175,7 +193,8 @@ def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any, adapte
         state["scheduler"] = scheduler.state_dict()
     if not resume_cfg.skip_progress:
         state["progress"] = {"step": 0, "total_tokens": 0, "total_samples": 0}
-    dcp.load(state, checkpoint_id=str(layout.component_dir(step_dir, layout.TRAINER)))
+    with single_process_quiet():
+        dcp.load(state, checkpoint_id=str(layout.component_dir(step_dir, layout.TRAINER)))
     set_model_state_dict(hf_model, state["model"], options=StateDictOptions(strict=not adapter_only))
     if "optim" in state:
         set_optimizer_state_dict(hf_model, optimizer, state["optim"], options=_options())

@@ -24,7 +24,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
 from prl.config.errors import ConfigError
-from prl_trainer_torch.checkpoint import ADAPTER_CONFIG
+from prl_trainer_torch.checkpoint import ADAPTER_CONFIG, single_process_quiet
 from prl_trainer_torch.lora import apply_lora, is_adapter_key
 from prl_trainer_torch.lora import merge_lora as merge_lora_into
 
@@ -97,7 +97,8 @@ def export_checkpoint(
     state = {"model": get_model_state_dict(hf, options=opts)}
     if lora is not None:
         state["model"] = {k: v for k, v in state["model"].items() if is_adapter_key(k)}
-    dcp.load(state, checkpoint_id=str(step_dir / "trainer"))
+    with single_process_quiet():
+        dcp.load(state, checkpoint_id=str(step_dir / "trainer"))
     set_model_state_dict(hf, state["model"], options=opts)
     if lora is not None:
         merge_lora_into(hf)
