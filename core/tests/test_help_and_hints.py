@@ -130,12 +130,16 @@ def test_unknown_flag_suggests_the_option_it_ends(fake_plugins):
     one_error(run("rl", "--trainer.lr", "1e-4"), "did you mean --trainer.optim.lr?")
 
 
-def test_rl_file_given_to_sft(fake_plugins, tmp_path):
-    path = tmp_path / "rl.toml"
-    path.write_text("max_steps = 2\n[orchestrator]\nbatch_size = 8\n")
-    result = run("sft", "@", str(path))
-    one_error(result, f"looks like a `prl rl` config (it has [orchestrator]); run prl rl @ {path}")
+def test_config_for_the_other_run_command(fake_plugins, tmp_path):
+    rl_file, sft_file = tmp_path / "rl.toml", tmp_path / "sft.toml"
+    rl_file.write_text("max_steps = 2\n[orchestrator]\nbatch_size = 8\n")
+    sft_file.write_text("[data]\nname = 'x'\n")
+    result = run("sft", "@", str(rl_file))
+    one_error(
+        result, f"prl sft: {rl_file} looks like a `prl rl` config (it has [orchestrator]); run prl rl @ {rl_file}"
+    )
     assert "Unknown field" not in result.output
+    one_error(run("rl", "@", str(sft_file)), f"looks like a `prl sft` config (it has [data]); run prl sft @ {sft_file}")
 
 
 def test_error_in_a_file_names_its_line(fake_plugins, tmp_path):
@@ -147,6 +151,14 @@ def test_error_in_a_file_names_its_line(fake_plugins, tmp_path):
     # the same typo as a flag is no file's
     result = run("rl", "--trainer.optim.lrr", "1")
     one_error(result, "\n--trainer.optim.lrr: Unknown field")
+
+
+def test_missing_field_names_the_table_lacking_it(fake_plugins, tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("[[orchestrator.train.source]]\nname = 'a'\n\n[[orchestrator.train.source]]\nname = 'b'\n")
+    result = run("rl", "@", str(path))
+    one_error(result, f"{path}:4: --orchestrator.train.source[1].env: Field required")
+    one_error(result, f"{path}:1: --orchestrator.train.source[0].env: Field required")
 
 
 def test_section_file_error_names_its_line(fake_plugins, tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +120,38 @@ def _find(lines: list[str], key: str, start: int) -> int | None:
     return None
 
 
+@dataclass
+class Origins:
+    """Where the values came from: config files as (section, path) in merge order, and
+    the nested dict of CLI flags (which override the files)."""
+
+    files: list[tuple[list[str], str]] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    def where(self, path: list[Any], error_type: str, value: Any) -> str | None:
+        """``file:line`` to put before an error at ``path``: the key for an unknown or bad
+        value, the table lacking a required field. Model-level errors (a dict value) and
+        values a flag set are not a file's."""
+        if error_type == "missing":
+            path = path[:-1]
+        elif error_type != "extra_forbidden" and isinstance(value, (dict, list)):
+            return None
+        if not path or _has(self.flags, path):
+            return None
+        return where_in_files(self.files, path)
+
+
+def _has(node: Any, path: list[Any]) -> bool:
+    for seg in path:
+        if not isinstance(node, dict) or str(seg) not in node:
+            return False
+        node = node[str(seg)]
+    return True
+
+
 def where_in_files(files: list[tuple[list[str], str]], path: list[Any]) -> str | None:
     """``file:line`` of the rightmost file that sets ``path``; ``files`` are (section
-    prefix, file) in merge order. None when no file sets it (a flag did)."""
+    prefix, file) in merge order. None when no file sets it."""
     for prefix, file in reversed(files):
         if [str(p) for p in path[: len(prefix)]] != prefix:
             continue

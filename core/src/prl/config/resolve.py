@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from prl.config.argv import ParsedArgs, parse_argv
 from prl.config.errors import ConfigError
 from prl.config.files import deep_merge, load_file, none_strings, normalize_keys
-from prl.config.hints import check_command_fits, check_file_arguments, nearest_options, where_in_files
+from prl.config.hints import Origins, check_command_fits, check_file_arguments, nearest_options
 from prl.config.introspect import fields_of
 
 M = TypeVar("M", bound=BaseModel)
@@ -77,20 +77,20 @@ def resolve(
     if parsed.help:
         return Resolved(None, parsed, merged)
     files = [([], f) for f in parsed.root_files] + [(s, f) for s, f in parsed.section_files]
-    return Resolved(validate(root, merged, files), parsed, merged)
+    return Resolved(validate(root, merged, Origins(files, parsed.overrides)), parsed, merged)
 
 
-def validate(root: type[M], data: dict[str, Any], files: list[tuple[list[str], str]] | None = None) -> M:
-    """``files``: (section, path) of the config files in merge order, to say where in
-    them a bad value was written."""
+def validate(root: type[M], data: dict[str, Any], origins: Origins | None = None) -> M:
+    """``origins``: the files and flags ``data`` came from, to say where in a file a bad
+    value was written."""
     try:
         return root.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(root, exc, data, files or [])) from None
+        raise ConfigError(format_validation_error(root, exc, data, origins)) from None
 
 
 def format_validation_error(
-    root: type[BaseModel], exc: ValidationError, data: dict, files: list[tuple[list[str], str]] | None = None
+    root: type[BaseModel], exc: ValidationError, data: dict, origins: Origins | None = None
 ) -> str:
     lines = []
     for err in _user_errors(root, exc.errors(), data):
@@ -105,7 +105,7 @@ def format_validation_error(
             msg = "Field required"
         inp = err.get("input")
         got = "" if isinstance(inp, (dict, list)) or err["type"] == "missing" else f" (got {str(inp)!r})"
-        where = where_in_files(files or [], path) if path else None
+        where = origins.where(path, err["type"], inp) if origins else None
         lines.append(f"{where + ': ' if where else ''}{flag}: {msg}{got}")
     n = len(lines)
     summary = f"Failed to validate config: {n} validation error{'s' if n != 1 else ''} for {root.__name__}"
