@@ -84,6 +84,12 @@ def test_every_section_lists_each_panel_once(fake_plugins):
     assert "trainer.loss variant: FakeLoss" in [t for t, _ in found]
 
 
+def test_eval_taskset_next_to_help_is_no_section(fake_plugins):
+    result = run("eval", "--help", "fake-tasks")
+    assert result.exit_code == 0
+    assert [t for t, _ in panels(result.output)] == ["options", "sections"]
+
+
 def test_unknown_section_is_a_usage_error(fake_plugins):
     result = run("rl", "--help", "orchestrater")
     assert result.exit_code == 2
@@ -174,6 +180,10 @@ def test_typo_in_a_shared_section_is_reported_once(fake_plugins, tmp_path):
     one_error(result, f"{path}:2: --monitors.wandb.projct: Unknown field — did you mean --monitors.wandb.project?")
     assert "1 validation error for RLConfig" in result.output
     assert result.output.count("projct") == 1
+    # a bad shared value is copied into trainer and orchestrator too: said once
+    result = run("rl", "--seq-len", "abc")
+    one_error(result, "1 validation error for RLConfig\n--seq-len: Input should be a valid integer")
+    assert result.output.count("abc") == 1
 
 
 def test_prl_short_help_and_version():

@@ -135,9 +135,14 @@ def parse_argv(argv: list[str], root: type[BaseModel], short: dict[str, str] | N
     if out.help and out.help_section is None and out.positionals:
         # `prl rl orchestrator --help` asks for a section too (a taskset id of `prl eval`
         # stays a positional: it names no section)
-        if out.positionals[0].replace("-", "_").split(".")[0] in root.model_fields:
+        if names_section(root, out.positionals[0]):
             out.help_section = out.positionals.pop(0)
     return out
+
+
+def names_section(root: type[BaseModel], token: str) -> bool:
+    """Whether ``token`` (after or before ``--help``) asks for a section's help."""
+    return token == "all" or token.replace("-", "_").split(".")[0] in root.model_fields
 
 
 def _parse_flag(argv: list[str], i: int, root: type[BaseModel], short: dict[str, str], out: ParsedArgs) -> int:

@@ -65,9 +65,14 @@ def _flag(path: str) -> str:
     return "--" + path.replace("_", "-")
 
 
+def _text(text: str | None) -> str:
+    """A docstring as one line of help: whitespace collapsed, RST ``code`` as `code`."""
+    return " ".join((text or "").split()).replace("``", "`")
+
+
 def _first_line(text: str | None) -> str:
     """A docstring's first sentence (its first paragraph when that is short)."""
-    para = " ".join((text or "").strip().split("\n\n")[0].split())
+    para = _text((text or "").strip().split("\n\n")[0])
     cut = para.find(". ")
     return para[: cut + 1] if len(para) > 100 and cut > 0 else para
 
@@ -118,7 +123,7 @@ class _Collector:
             if shape.kind == "model" or shape.list_of_models:
                 nested.append((sub, info, shape))
                 continue
-            desc = " ".join((info.description or "").split())
+            desc = _text(info.description)
             panel.rows.append((_flag(sub), _type_name(info.annotation), f"{desc} (default: {_default(info)})".lstrip()))
         for sub, info, shape in nested:
             self.section(sub, info, shape, panel)
@@ -142,7 +147,7 @@ class _Collector:
             self.seen[key] = path
             suffix = doc[doc.rfind(" (optional") :] if "(optional" in doc else ""
             for variant in shape.models:
-                self.model(variant, path, f"{path} variant: {_variant_name(variant)}", suffix.strip())
+                self.model(variant, path, f"{path} variant: {_variant_name(variant)}{suffix}", "")
         else:
             self.seen[key] = path
             self.model(shape.models[0], path, path, doc)
@@ -176,7 +181,7 @@ def overview(model: type[BaseModel]) -> tuple[HelpPanel, HelpPanel]:
     nested = {name for name, _, _ in _nested_fields(model)}
     for name, info in model.model_fields.items():
         if name not in nested:
-            desc = " ".join((info.description or "").split())
+            desc = _text(info.description)
             options.rows.append((_flag(name), _type_name(info.annotation), f"{desc} (default: {_default(info)})"))
     sections = HelpPanel("sections")
     for name, info, shape in _nested_fields(model):

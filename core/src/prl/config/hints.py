@@ -8,7 +8,6 @@ given to ``prl sft`` (or the other way round), and where in a file a bad key was
 from __future__ import annotations
 
 import difflib
-import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +32,9 @@ def check_file_arguments(root: type[BaseModel], prog: str, argv: list[str], posi
     files = [p for p in positionals if p.endswith(SUFFIXES)]
     if "config" not in root.model_fields:
         for i, tok in enumerate(argv):
-            if tok == "--config" and i + 1 < len(argv):
-                files.append(argv[i + 1])
+            if tok == "--config":
+                nxt = argv[i + 1] if i + 1 < len(argv) else "-"
+                files.append("FILE" if nxt.startswith("-") else nxt)
             elif tok.startswith("--config="):
                 files.append(tok.split("=", 1)[1])
     if files:
@@ -55,7 +55,6 @@ def check_command_fits(root: type[BaseModel], prog: str, files: list[str]) -> No
                 )
 
 
-@functools.cache
 def _leaf_paths(root: type[BaseModel]) -> tuple[tuple[str, ...], ...]:
     """Every option's dotted path under ``root`` (lists of models and pass-through dicts
     are not entered: their items have no flag of their own)."""

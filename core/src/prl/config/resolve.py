@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from prl.config.argv import ParsedArgs, parse_argv
+from prl.config.argv import ParsedArgs, names_section, parse_argv
 from prl.config.errors import ConfigError
 from prl.config.files import deep_merge, load_file, none_strings, normalize_keys
 from prl.config.hints import Origins, check_command_fits, check_file_arguments, nearest_options
@@ -66,6 +66,11 @@ def resolve(
 ) -> Resolved:
     prog = prog or f"prl {root.__name__}"
     parsed = parse_argv(argv, root, short)
+    section = parsed.help_section
+    if section and positionals is not None and not names_section(root, section):
+        # `prl eval --help reverse-text`: a taskset id, not a section
+        parsed.positionals.insert(0, section)
+        parsed.help_section = None
     check_file_arguments(root, prog, argv, parsed.positionals)
     extra: dict[str, Any] = {}
     if parsed.positionals:
@@ -113,15 +118,17 @@ def format_validation_error(
 
 
 def _user_errors(root: type[BaseModel], errors: list[dict], data: dict) -> list[dict]:
-    """Drop the copies of an unknown key that propagation made (a typo in a shared
-    ``[monitors.wandb]`` is also copied into trainer and orchestrator): the key is not
-    where the user wrote it, and the same key is reported where they did."""
-    written, copies = [], []
-    for err in errors:
-        found = _clean_loc(root, err["loc"], data)[2]
-        (written if found or err["type"] != "extra_forbidden" else copies).append(err)
-    keys = {str(e["loc"][-1]) for e in written if e["type"] == "extra_forbidden"}
-    return [e for e in errors if e in written or str(e["loc"][-1]) not in keys]
+    """Drop the copies of a bad value that propagation made (a typo in a shared
+    ``[monitors.wandb]``, a bad shared ``seq_len``, is also copied into trainer and
+    orchestrator): the copy is not where the user wrote it, and the same key with the same
+    value and error is reported where they did."""
+
+    def same(err: dict) -> tuple[str, str, str]:
+        return err["type"], str(err["loc"][-1]) if err["loc"] else "", repr(err.get("input"))
+
+    written = [e for e in errors if e["type"] == "missing" or _clean_loc(root, e["loc"], data)[2]]
+    reported = {same(e) for e in written}
+    return [e for e in errors if e in written or same(e) not in reported]
 
 
 def _did_you_mean(root: type[BaseModel], path: list[Any], models: list[type[BaseModel]]) -> str:
