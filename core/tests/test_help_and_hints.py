@@ -111,6 +111,7 @@ def test_no_wide_puts_descriptions_under_flags(fake_plugins):
     side_by_side = r"│ --trainer\.optim\.lr +FLOAT +[A-Z]"
     assert re.search(side_by_side, wide) and not re.search(side_by_side, narrow)
     assert re.search(r"│ --trainer\.optim\.lr FLOAT +│", narrow)
+    assert run("rl", "--help", "trainer.optim", columns=160, PYDANTIC_CONFIG_WIDE="0").output == narrow
 
 
 def test_docstrings_keep_their_brackets(fake_plugins):

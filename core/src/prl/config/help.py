@@ -133,9 +133,11 @@ class _Collector:
         the same options were already listed."""
         doc = _section_doc(info, shape)
         key = ("plugin", shape.plugin_kind) if shape.plugin_kind else shape.models[0]
-        if key in self.seen and parent is not None and self.seen[key] != path:
-            kind = "list" if shape.list_of_models else "section"
-            parent.rows.append((_flag(path), kind, f"{doc} Same options as {self.seen[key]}.".lstrip()))
+        if key in self.seen and parent is not None:
+            # listed already: at this very path (a field several variants share) or elsewhere
+            if self.seen[key] not in (path, f"{path}[*]"):
+                kind = "list" if shape.list_of_models else "section"
+                parent.rows.append((_flag(path), kind, f"{doc} Same options as {self.seen[key]}.".lstrip()))
             return
         if shape.list_of_models:
             self.seen[key] = f"{path}[*]"
