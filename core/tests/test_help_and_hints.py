@@ -193,3 +193,17 @@ def test_prl_short_help_and_version():
     result = run("--version")
     assert result.exit_code == 0
     assert result.output.strip() == f"prl {version('prl-core')}"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "line"),
+    [
+        ("y.yaml", "max_steps: 2\ntrainer:\n  optim:\n    lrr: 0.1\n", 4),
+        ("j.json", '{\n  "trainer": {\n    "optim": {"lrr": 1}\n  }\n}\n', 3),
+        ("d.toml", "[trainer]\nseed = 1\noptim.lrr = 1\n", 3),
+    ],
+)
+def test_error_line_in_yaml_json_and_dotted_toml(fake_plugins, tmp_path, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    one_error(run("rl", "@", str(path)), f"{path}:{line}: --trainer.optim.lrr: Unknown field")
