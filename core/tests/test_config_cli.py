@@ -166,11 +166,15 @@ def test_missing_plugin_names_providing_distribution(fake_plugins, monkeypatch):
 
 
 def test_help_lists_installed_variants(fake_plugins):
-    result = CliRunner().invoke(app, ["rl", "--help", "--plain"])
-    assert result.exit_code == 0
-    out = result.output
-    assert "usage: prl rl [-h] [@ FILE] [OPTIONS]" in out
+    def helps(*argv: str) -> str:
+        result = CliRunner().invoke(app, ["rl", *argv, "--plain"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        assert "usage: prl rl [-h] [@ FILE] [OPTIONS]" in result.output
+        return result.output
+
+    out = helps("--help", "trainer")
     assert "trainer.loss variant: FakeLoss" in out and "trainer.loss variant: OtherFakeLoss" in out
     assert "--trainer.loss.eps" in out and "A positive knob." in out
-    assert "orchestrator.train.source[*]" in out
+    assert "orchestrator.train.source[*]" in helps("--help", "orchestrator")
+    out = helps("--help", "ckpt")
     assert "ckpt: Checkpointing, shared by trainer and orchestrator (optional). (optional, default: None)" in out

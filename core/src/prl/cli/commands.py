@@ -28,9 +28,10 @@ T = TypeVar("T")
 
 def _resolve_or_help(root: type[BaseModel], argv: list[str], prog: str, **kw) -> Resolved | None:
     display = {"--plain", "--no-wide", "--wide"}
-    res = resolve(root, [a for a in argv if a not in display] if _wants_help(argv) else argv, **kw)
+    res = resolve(root, [a for a in argv if a not in display] if _wants_help(argv) else argv, prog=prog, **kw)
     if res.parsed.help:
-        render_help(root, prog, plain="--plain" in argv, wide="--no-wide" not in argv)
+        section = res.parsed.help_section
+        render_help(root, prog, plain="--plain" in argv, wide="--no-wide" not in argv, section=section)
         return None
     return res
 

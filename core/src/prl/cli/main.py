@@ -23,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 # Config commands take `@ file` and dotted flags that typer must pass through untouched.
@@ -110,10 +111,35 @@ def dashboard_cmd(ctx: typer.Context) -> None:
     raise typer.Exit(dashboard_main(list(ctx.args)))
 
 
+def installed_version() -> str:
+    """The installed prl-core distribution's version (what pip reports), else the source's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prl-core")
+    except PackageNotFoundError:
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"prl {installed_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", help="Print the prl-core version and exit.", callback=_print_version, is_eager=True
+    ),
+) -> None:
+    """prl: asynchronous RL and SFT post-training of LLMs."""
+
+
 @app.command("version")
 def version_cmd() -> None:
     """Print the prl-core version."""
-    print(__version__)
+    print(installed_version())
 
 
 def _add_plugin_commands() -> None:

@@ -29,6 +29,8 @@ class ParsedArgs:
     overrides: dict[str, Any] = field(default_factory=dict)
     positionals: list[str] = field(default_factory=list)
     help: bool = False
+    help_section: str | None = None
+    """``--help orchestrator.train``: the section whose options to show."""
 
 
 def _is_flag(token: str) -> bool:
@@ -109,6 +111,10 @@ def parse_argv(argv: list[str], root: type[BaseModel], short: dict[str, str] | N
         tok = argv[i]
         if tok in ("-h", "--help"):
             out.help = True
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is not None and not _is_flag(nxt) and not nxt.startswith("@"):
+                out.help_section = nxt
+                i += 1
             i += 1
             continue
         if tok == "@":
@@ -126,7 +132,17 @@ def parse_argv(argv: list[str], root: type[BaseModel], short: dict[str, str] | N
             i += 1
             continue
         i = _parse_flag(argv, i, root, short, out)
+    if out.help and out.help_section is None and out.positionals:
+        # `prl rl orchestrator --help` asks for a section too (a taskset id of `prl eval`
+        # stays a positional: it names no section)
+        if names_section(root, out.positionals[0]):
+            out.help_section = out.positionals.pop(0)
     return out
+
+
+def names_section(root: type[BaseModel], token: str) -> bool:
+    """Whether ``token`` (after or before ``--help``) asks for a section's help."""
+    return token == "all" or token.replace("-", "_").split(".")[0] in root.model_fields
 
 
 def _parse_flag(argv: list[str], i: int, root: type[BaseModel], short: dict[str, str], out: ParsedArgs) -> int:
