@@ -33,8 +33,9 @@ class _SlowClient(ScriptedClient):
 
 
 @pytest.fixture
-def policy(monkeypatch):
-    """A scripted client that answers right and records what it saw."""
+def policy(monkeypatch, hf_cache):
+    """A scripted client that answers right and records what it saw (the default model's
+    tokenizer looks cached: the scripted renderer never reads it)."""
     state: dict = {"env": [], "calls": 0, "prompts": [], "inflight": 0, "peak": 0}
 
     def answer(msgs):

@@ -402,16 +402,16 @@ def cmd_eval(argv: list[str]) -> int:
         raise ConfigError(
             "--source: no eval source given (add [[source]] blocks or a taskset id: prl eval reverse-text)"
         )
-    _models_and_data(cfg, res, cfg.dry_run)
-    check_renderers(cfg)
-    if cfg.run.name is None:
-        cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
     try:
         from prl.eval import check_server, run_eval
     except ImportError as exc:
         raise MissingMachinery(f"prl eval's machinery (prl.eval) is not available: {exc}") from None
     if not cfg.dry_run:
-        check_server(cfg)  # before the run directory: nothing to clean up
+        check_server(cfg)  # before any download and the run directory: nothing to clean up
+    _models_and_data(cfg, res, cfg.dry_run)
+    check_renderers(cfg)
+    if cfg.run.name is None:
+        cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
     paths = _prepare("eval", cfg, res, {"eval": cfg})
     if cfg.dry_run:
         return _dry_run_done(paths)

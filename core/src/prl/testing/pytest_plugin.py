@@ -40,6 +40,36 @@ def local_hub(tmp_path_factory, monkeypatch):
         forget_filesystems()
 
 
+@pytest.fixture
+def hf_cache(tmp_path_factory, monkeypatch):
+    """A Hugging Face hub cache (``HF_HUB_CACHE``) in which prl's default model
+    ``Qwen/Qwen3-0.6B``, ``org/Tiny-Model`` and the default SFT dataset look cached (a
+    config.json each, mapped to the ``default`` renderer), so that commands whose models a
+    test never loads resolve without a hub. Returns a function that caches one more model
+    name (``mapped=False``: with no renderer mapping)."""
+    cache = tmp_path_factory.mktemp("hf-hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+    def add(name: str, mapped: bool = True) -> None:
+        repo = cache / f"models--{name.replace('/', '--')}"
+        snapshot = repo / "snapshots" / "0"
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text("0")  # the branch's commit, as huggingface_hub records it
+        # mapped to a renderer, as a real model must be for the default renderer `auto`
+        (snapshot / "config.json").write_text('{"prl_renderer": "default"}' if mapped else "{}")
+
+    for name in ("Qwen/Qwen3-0.6B", "org/Tiny-Model"):
+        add(name)
+    # prl sft's default dataset, so that commands given no data.name resolve offline too.
+    data = cache / "datasets--PrimeIntellect--Reverse-Text-SFT"
+    (data / "snapshots" / "0").mkdir(parents=True)
+    (data / "snapshots" / "0" / "README.md").write_text("reverse text\n")
+    (data / "refs").mkdir()
+    (data / "refs" / "main").write_text("0")
+    return add
+
+
 # Exported by commands run in-process: PRL_* for their children, and HF_HUB_OFFLINE once a
 # command that loads weights here has fetched its models (prl.hub.read_cache_only).
 _EXPORTED = ("PRL_", "HF_HUB_OFFLINE")
