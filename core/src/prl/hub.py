@@ -307,7 +307,9 @@ def _connection_error(exc: BaseException) -> str | None:
         if type(link).__name__ in _CONNECTION:
             return type(link).__name__
     if isinstance(exc, (e.OfflineModeIsEnabled, e.LocalEntryNotFoundError)):
-        return type(exc).__name__
+        # Not the network: say what the client met (an answer it could not use, say).
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
     return None
 
 

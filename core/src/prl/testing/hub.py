@@ -163,7 +163,7 @@ class HubRepo:
 
 class LocalHub:
     """The hub server (``url``, for ``HF_ENDPOINT``) and its CDN for LFS files (``cdn_url``),
-    both on 127.0.0.1 with OS-picked ports, each serving from a thread.
+    the hub on 127.0.0.1 and the CDN on 127.0.0.2 (another host), with OS-picked ports, each serving from a thread.
 
     ``token`` is the one token the hub accepts: a gated repo's files need
     ``Authorization: Bearer <token>``, and any other bearer token is refused as invalid
@@ -177,6 +177,9 @@ class LocalHub:
         self._lock = threading.Lock()
         self._servers: dict[str, ThreadingHTTPServer] = {}
         self._ports: dict[str, int] = {"hub": 0, "cdn": 0}
+        # The CDN is another host, as on the real hub: clients then read a file's metadata
+        # from the hub's redirect itself and do not follow it (huggingface_hub >= 1.x).
+        self._hosts = {"hub": "127.0.0.1", "cdn": "127.0.0.2"}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -184,7 +187,7 @@ class LocalHub:
         """Start answering (again, on the same ports, after :meth:`down`)."""
         for role in ("hub", "cdn"):
             if role not in self._servers:
-                server = ThreadingHTTPServer(("127.0.0.1", self._ports[role]), HubHandler)
+                server = ThreadingHTTPServer((self._hosts[role], self._ports[role]), HubHandler)
                 server.daemon_threads = True
                 server.hub = self  # type: ignore[attr-defined]
                 server.role = role  # type: ignore[attr-defined]
@@ -221,7 +224,7 @@ class LocalHub:
 
     @property
     def cdn_url(self) -> str:
-        return f"http://127.0.0.1:{self._ports['cdn']}"
+        return f"http://{self._hosts['cdn']}:{self._ports['cdn']}"
 
     # -- repos -----------------------------------------------------------------------------
 
