@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,13 +102,41 @@ def load_settings(run_dir: Path, flags: list[str]) -> tuple[Any, list[str]]:
         if flag.startswith("-") and not flag.startswith("--trainer."):
             raise _usage(f"{flag}: only trainer settings can change in a replay (--trainer.<path> value)")
     run = resolve(ReplaySettings, ["--trainer", "@", str(path)], prog="prl replay").config.trainer
-    replay = resolve(ReplaySettings, ["--trainer", "@", str(path), *flags], prog="prl replay").config.trainer
+    retyped = _retyped(json.loads(path.read_text()), flags)
+    with tempfile.TemporaryDirectory(prefix="prl-replay-") as tmp:
+        if retyped is not None:
+            path = Path(tmp) / "trainer.json"
+            path.write_text(json.dumps(retyped))
+        replay = resolve(ReplaySettings, ["--trainer", "@", str(path), *flags], prog="prl replay").config.trainer
     return replay, describe_changes(run.model_dump(mode="json"), replay.model_dump(mode="json"))
+
+
+def _retyped(data: dict[str, Any], flags: list[str]) -> dict[str, Any] | None:
+    """The run's resolved config with every section whose plugin ``type`` a flag changes
+    cut down to the new type: the old plugin's fields would not validate against the new
+    one (``--trainer.loss.type ppo`` over an ipo run). None when no flag changes a type."""
+    changed = False
+    for i, flag in enumerate(flags):
+        name, eq, value = flag.partition("=")
+        if not (name.startswith("--trainer.") and name.endswith(".type")):
+            continue
+        value = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+        node: Any = data
+        for part in name.removeprefix("--trainer.").removesuffix(".type").split("."):
+            node = node.get(part.replace("-", "_")) if isinstance(node, dict) else None
+        if isinstance(node, dict) and node.get("type") != value:
+            node.clear()
+            node["type"] = value
+            changed = True
+    return data if changed else None
 
 
 def describe_changes(run: Any, replay: Any, path: str = "--trainer") -> list[str]:
     """Each leaf setting that differs, as ``<flag> <replay value> (run: <run value>)``."""
     if isinstance(run, dict) and isinstance(replay, dict):
+        if "type" in run and run.get("type") != replay.get("type"):
+            # another plugin: its other fields are that plugin's, not changes of the run's
+            return describe_changes(run["type"], replay.get("type"), f"{path}.type")
         out = []
         for key in sorted(set(run) | set(replay)):
             out += describe_changes(run.get(key), replay.get(key), f"{path}.{key.replace('_', '-')}")
