@@ -371,7 +371,8 @@ class TrainerConfig(PrlModel):
     """Data-parallel processes (torchrun --nproc-per-node)."""
     enable_token_export: bool = False
     """Write per-token training records of every step to <run_dir>/token_exports/step_<S>/rank_<r>.jsonl
-    (trainer and sampler logprobs, advantages, masks, entropy), read by the dashboard's trace viewer."""
+    (trainer and sampler logprobs, advantages, masks, entropy), read by the dashboard's trace viewer,
+    with each step's exact batch, loss and grad norm, which `prl replay` recomputes a step from."""
     annotations: bool = True
     """Send every trained trace branch's per-token advantages, trainer logprobs, entropies and loss mask
     to the monitors as annotations (monitors/file/annotations/trainer), shown by the dashboard's trace

@@ -203,6 +203,20 @@ def load(step_dir: Path, hf_model, optimizer, scheduler, resume_cfg: Any, adapte
     return state.get("progress", {"step": 0, "total_tokens": 0, "total_samples": 0})
 
 
+def model_state(hf_model, adapter_only: bool = False) -> dict[str, Any]:
+    """The model's tensors as a checkpoint holds them (only the adapter's for a LoRA run)."""
+    return _model_state(hf_model, adapter_only)
+
+
+def read_model_state(step_dir: Path, hf_model, adapter_only: bool = False) -> dict[str, torch.Tensor]:
+    """The model tensors saved in ``step_dir``, read into new tensors shaped like
+    ``hf_model``'s (which is left untouched)."""
+    model = {k: torch.empty_like(v) for k, v in _model_state(hf_model, adapter_only).items()}
+    with single_process_quiet():
+        dcp.load({"model": model}, checkpoint_id=str(layout.component_dir(step_dir, layout.TRAINER)))
+    return model
+
+
 def load_loader_state(step_dir: Path, rank: int) -> dict | None:
     """This rank's dataloader cursor; rank 0's when the world size changed."""
     base = layout.component_dir(step_dir, layout.TRAINER) / "dataloader"

@@ -1,4 +1,4 @@
-"""``prl export`` and ``prl data reverse-text``."""
+"""``prl export``, ``prl replay`` and ``prl data reverse-text``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,29 @@ def export_cmd(
     typer.echo(f"exported {checkpoint} -> {path}")
 
 
+def replay_cmd(
+    ctx: typer.Context,
+    run_dir: Annotated[Path, typer.Argument(help="A `prl rl` run directory made with trainer.enable_token_export.")],
+    step: Annotated[int, typer.Option("--step", help="The step to recompute (from 1).")],
+) -> None:
+    """Recompute one RL step from the run's checkpoint and exported batch; compare loss, grad
+    norm and weights with what the run recorded. Extra `--trainer.<path> value` flags change
+    a setting for the replay. Exit 0: all equal; 1: something differs; 2: bad input."""
+    from prl.cli.errors import USAGE_EXIT, print_error
+    from prl.config.errors import ConfigError
+    from prl_trainer_torch.step_replay import find_inputs, format_report, replay_step
+
+    try:
+        inputs = find_inputs(run_dir, step, list(ctx.args))
+        report = replay_step(inputs)
+    except ConfigError as exc:
+        print_error(exc.message, exc.title)
+        raise typer.Exit(USAGE_EXIT) from None
+    for line in format_report(report):
+        typer.echo(line)
+    raise typer.Exit(0 if report.equal else 1)
+
+
 def reverse_text_cmd(
     out: Annotated[Path, typer.Option(help="Directory for train.jsonl and val.jsonl.")] = Path("data/reverse-text"),
     train: Annotated[int, typer.Option(help="Training examples.")] = 20000,
@@ -49,6 +72,8 @@ def reverse_text_cmd(
 
 def add_commands(app: typer.Typer) -> None:
     app.command("export")(export_cmd)
+    # Unknown options are the replay's --trainer.<path> settings, handed over untouched.
+    app.command("replay", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(replay_cmd)
     data = typer.Typer(help="Make datasets.", no_args_is_help=True)
     data.command("reverse-text")(reverse_text_cmd)
     app.add_typer(data, name="data")

@@ -1,4 +1,4 @@
-"""Entry point of prl-trainer-torch: the ``torch`` trainer and the ``export``/``data`` commands."""
+"""Entry point of prl-trainer-torch: the ``torch`` trainer and the ``export``, ``replay`` and ``data`` commands."""
 
 from __future__ import annotations
 

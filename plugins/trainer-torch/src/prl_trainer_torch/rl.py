@@ -105,8 +105,23 @@ class RLRun:
     """One RL trainer on this rank."""
 
     def __init__(self, config: Any) -> None:
-
         self.config = config
+        self.build_model(config)
+        self._resume()
+        self.loss_fn = config.loss.build()
+        self.transport = config.weight_broadcast.build(run_dir=self.run_dir)
+        self.batches = open_receiver(config.rollout_transport, self.run_dir, self.dist.rank)
+        self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
+        self.exporter = None
+        if getattr(config, "enable_token_export", False):
+            self.exporter = TokenExporter(self.run_dir, self.dist.rank, self.dist.world, config.loss)
+        self.annotator = None
+        if notes.wanted(config):
+            self.annotator = notes.AnnotationCollector(self.dist.rank, self.dist.world, config.loss.type)
+
+    def build_model(self, config: Any) -> None:
+        """Model, optimizer and schedule as a fresh run starts them (``prl replay`` of step 1
+        builds them the same way, so the seeded parts, a LoRA adapter's init, match)."""
         self.dist = init_distributed()
         torch.manual_seed(config.seed)
         self.run_dir = run_dir_of(config)
@@ -130,17 +145,6 @@ class RLRun:
         self.total = config.max_steps
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
         self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
-        self._resume()
-        self.loss_fn = config.loss.build()
-        self.transport = config.weight_broadcast.build(run_dir=self.run_dir)
-        self.batches = open_receiver(config.rollout_transport, self.run_dir, self.dist.rank)
-        self.monitors = build_monitors(config, self.run_dir, "trainer") if self.dist.is_main else []
-        self.exporter = None
-        if getattr(config, "enable_token_export", False):
-            self.exporter = TokenExporter(self.run_dir, self.dist.rank, self.dist.world, config.loss)
-        self.annotator = None
-        if notes.wanted(config):
-            self.annotator = notes.AnnotationCollector(self.dist.rank, self.dist.world, config.loss.type)
 
     def _resume(self) -> None:
         step_dir = rl_resume_dir(self.config, self.ckpt_root)
@@ -163,24 +167,13 @@ class RLRun:
         t0 = time.perf_counter()
         raw = self.batches.receive(step, timeout=self.config.weight_broadcast.timeout)
         t1 = time.perf_counter()
-        self.policy.train()
-        mbs = [to_micro_batch(r, self.dist.device) for r in raw]
         if self.exporter is not None:
             self.exporter.begin(step)
+            self.exporter.keep_batch(raw)
         if self.annotator is not None:
             self.annotator.begin(step)
-        observer = notes.Fanout(self.exporter, self.annotator)
-        arm = getattr(self.optimizer, "arm", None)  # full offload: step during the last backward
-        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world, observer, arm)
-        if self.exporter is not None:
-            self.exporter.finish()
-        if self.annotator is not None:
-            notes.log_annotations(self.monitors, self.annotator.gather(), step)
-        lr = self.optimizer.param_groups[0]["lr"]
-        grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
-        self.scheduler.step()
+        metrics, grad_norm, lr = self.learn(raw, notes.Fanout(self.exporter, self.annotator))
         t2 = time.perf_counter()
-        metrics = reduce_stats(stats, self.dist.world)
         tokens = metrics.pop("_tokens")
         self.progress["step"] = step
         self.progress["total_tokens"] += int(tokens)
@@ -196,7 +189,26 @@ class RLRun:
             "time/forward_backward": t2 - t1,
             "progress/num_tokens": float(self.progress["total_tokens"]),
         })  # fmt: skip
+        if self.exporter is not None:
+            self.exporter.record(metrics)
         return metrics
+
+    def learn(self, raw: list[dict[str, Any]], observer: Any = None) -> tuple[dict[str, float], float, float]:
+        """One step on ``raw``'s micro-batches: forward, loss, backward, clipping, optimizer
+        and scheduler step; returns (the step's loss metrics, pre-clip grad norm, the lr it
+        used). ``prl replay`` recomputes a recorded step through exactly this."""
+        self.policy.train()
+        mbs = [to_micro_batch(r, self.dist.device) for r in raw]
+        arm = getattr(self.optimizer, "arm", None)  # full offload: step during the last backward
+        stats = run_micro_batches(self.policy, self.loss_fn, mbs, self.dist.world, observer, arm)
+        if self.exporter is not None:
+            self.exporter.finish()
+        if self.annotator is not None:
+            notes.log_annotations(self.monitors, self.annotator.gather(), self.annotator.step)
+        lr = self.optimizer.param_groups[0]["lr"]
+        grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
+        self.scheduler.step()
+        return reduce_stats(stats, self.dist.world), grad_norm, lr
 
     def save(self, final: bool) -> None:
         step = self.progress["step"]

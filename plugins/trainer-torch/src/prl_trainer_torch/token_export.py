@@ -21,6 +21,14 @@ the trace stream); and token-aligned arrays, entry i for token i:
   region (``loss.eps``: p − q > eps or < −eps, as IPO drops it; or, for a loss with a ratio
   band, e^ℓ > ratio_high or < ratio_low), and ``is_masked`` = either.
 
+For ``prl replay`` (:mod:`prl_trainer_torch.step_replay`) the step directory also holds the
+exact inputs and results of the step, which the rounded per-token lines cannot give::
+
+    batch_rank_<r>.msgpack   the micro-batches rank r trained on, as received (floats as
+                             64-bit, so every value round-trips)
+    step.json                rank 0: {"step", "loss", "grad_norm", "lr"}, the loss and the
+                             pre-clip gradient norm at full precision
+
 Non-finite numbers are written as null. A rank writes its file under a temporary name and
 renames it when the step is done, so a reader never sees half a file; the rank that
 completes the set writes ``STABLE`` (every rank checks after its rename, so the last one
@@ -37,12 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import torch
 
 from prl.fsutil import write_atomic
 
 SCHEMA_VERSION = 1
 STABLE = "STABLE"
+STEP_RECORD = "step.json"
+BATCH_FORMAT = 1
 DECIMALS = 6
 
 
@@ -92,6 +103,17 @@ def sequences(mb: Any) -> Iterator[Sequence]:
         start += n
 
 
+def batch_path(run_dir: Path, step: int, rank: int) -> Path:
+    """Where rank ``rank``'s exported batch of ``step`` lives."""
+    return Path(run_dir) / "token_exports" / f"step_{step}" / f"batch_rank_{rank}.msgpack"
+
+
+def read_batch(path: Path) -> list[dict[str, Any]]:
+    """The micro-batches of an exported batch file (:meth:`TokenExporter.keep_batch`)."""
+    payload = msgpack.unpackb(Path(path).read_bytes(), strict_map_key=False)
+    return payload["micro_batches"]
+
+
 class TokenExporter:
     """Writes one rank's token export for each step (see module docstring)."""
 
@@ -117,6 +139,20 @@ class TokenExporter:
         final.unlink(missing_ok=True)
         self._fh = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed in finish)
         self._step, self._count = step, 0
+
+    def keep_batch(self, raw: list[dict[str, Any]]) -> None:
+        """Write this rank's micro-batches of the step exactly as received (``prl replay``)."""
+        payload = {"format": BATCH_FORMAT, "step": self._step, "rank": self.rank, "micro_batches": raw}
+        # 64-bit floats: whatever the transport delivered comes back bit for bit.
+        write_atomic(batch_path(self.root.parent, self._step, self.rank), msgpack.packb(payload))
+
+    def record(self, metrics: dict[str, float]) -> None:
+        """Rank 0 writes the step's loss, pre-clip grad norm and lr (``json`` floats round-trip)."""
+        if self.rank != 0:
+            return
+        keys = {"loss": "loss/all", "grad_norm": "optim/grad_norm", "lr": "optim/lr"}
+        record = {"step": self._step, **{k: float(metrics[m]) for k, m in keys.items()}}
+        write_atomic(self.root / f"step_{self._step}" / STEP_RECORD, json.dumps(record) + "\n")
 
     def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
         """Export every real sequence of one micro-batch after its forward pass."""
