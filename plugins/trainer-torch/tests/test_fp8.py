@@ -178,6 +178,7 @@ def test_conversions_refuse_bad_sources(tmp_path, tiny_model):
         (("to-bf16", tiny_model, tmp_path / "x"), "is not a blockwise FP8 model"),
         (("to-fp8", tmp_path / "missing", tmp_path / "x"), "is not a directory"),
         (("to-fp8", tiny_model, tiny_model), "the output directory is the source"),
+        (("to-fp8", tiny_model, tmp_path / "fp8"), "already exists and is not empty"),
     ]
     # float8 tensors under a config that does not say so are refused too
     stripped = tmp_path / "stripped"
@@ -240,3 +241,41 @@ def test_dcp_to_fp8_equals_bf16_export_then_to_fp8(tmp_path, tiny_model, sft_con
         got_cfg = json.loads((directory / "config.json").read_text())
         assert got_cfg["quantization_config"] == ref_cfg["quantization_config"]
         assert (directory / "tokenizer.json").exists() and (directory / "generation_config.json").exists()
+
+
+def test_to_bf16_reads_a_release_with_other_blocks_and_split_shards(tmp_path):
+    """As some releases do: 64 x 64 blocks, and a scale in another shard than its weight."""
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(1)
+    w = torch.randn(200, 72, generator=gen)
+    norm = torch.rand(72, generator=gen).to(torch.bfloat16)
+    q, scale = quantize_block(w, 64)
+    assert scale.shape == (4, 2)
+    src = tmp_path / "release"
+    src.mkdir()
+    save_file({"model.layers.0.mlp.down_proj.weight": q, "model.norm.weight": norm}, str(src / "a.safetensors"))
+    save_file({"model.layers.0.mlp.down_proj.weight_scale_inv": scale}, str(src / "b.safetensors"))
+    weight_map = {
+        "model.layers.0.mlp.down_proj.weight": "a.safetensors",
+        "model.norm.weight": "a.safetensors",
+        "model.layers.0.mlp.down_proj.weight_scale_inv": "b.safetensors",
+    }
+    (src / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [64, 64]}
+    (src / "config.json").write_text(json.dumps({"model_type": "qwen3", "quantization_config": quant}))
+    (src / "tokenizer.json").write_text("{}")
+    result = _invoke("convert", "to-bf16", src, tmp_path / "bf16")
+    assert result.exit_code == 0, result.output
+    got = _tensors(tmp_path / "bf16")
+    assert set(got) == {"model.layers.0.mlp.down_proj.weight", "model.norm.weight"}
+    torch.testing.assert_close(got["model.layers.0.mlp.down_proj.weight"], dequantize_block(q, scale, block=(64, 64)))
+    assert torch.equal(got["model.norm.weight"], norm)
+    assert (tmp_path / "bf16" / "tokenizer.json").exists()
+    # read with 128 x 128 blocks, the same scales would not fit: refused, not mis-scaled
+    quant["weight_block_size"] = [128, 128]
+    (src / "config.json").write_text(json.dumps({"model_type": "qwen3", "quantization_config": quant}))
+    bad = _invoke("convert", "to-bf16", src, tmp_path / "bad")
+    assert bad.exit_code == 2 and "does not fit" in bad.output, bad.output
+    assert not (tmp_path / "bad").exists()  # nothing half-written
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

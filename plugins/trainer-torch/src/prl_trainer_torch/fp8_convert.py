@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tempfile
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -54,6 +56,23 @@ def read_config(src: Path, what: str) -> dict:
 def _check_out(src: Path, out: Path, what: str) -> None:
     if out.resolve() == src.resolve():
         raise _usage(f"{what}: the output directory is the source {src}; give another one")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise _usage(f"{what}: the output {out} already exists and is not empty; give a new directory")
+
+
+@contextmanager
+def _staged(out: Path):
+    """A scratch directory beside ``out``, renamed to ``out`` only once everything is
+    written: a conversion that fails half-way leaves no directory that looks like a model."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            out.rmdir()  # empty: _check_out said so
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _file_has_fp8(path: Path) -> bool:
@@ -159,9 +178,10 @@ def bf16_to_fp8(src: Path, out: Path, block: int = BLOCK) -> Path:
                 tensors = quantize_state({k: f.get_tensor(k) for k in f.keys()}, block)
             yield tensors
 
-    kept = write_shards(out, shards(), len(files))
-    write_config(config, out, quantization_config(kept, block))
-    copy_assets(src, out)
+    with _staged(out) as tmp:
+        kept = write_shards(tmp, shards(), len(files))
+        write_config(config, tmp, quantization_config(kept, block))
+        copy_assets(src, tmp)
     return out
 
 
@@ -183,9 +203,10 @@ def fp8_to_bf16(src: Path, out: Path) -> Path:
             with safe_open(str(src / name), framework="pt") as f:
                 yield _dequantized(src, f, where, tuple(quant["weight_block_size"]))
 
-    write_shards(out, shards(), len(files))
-    write_config(config, out, None)
-    copy_assets(src, out)
+    with _staged(out) as tmp:
+        write_shards(tmp, shards(), len(files))
+        write_config(config, tmp, None)
+        copy_assets(src, tmp)
     return out
 
 
