@@ -2,9 +2,9 @@
 model directory, what they refuse, and ``prl export --dtype fp8`` (one process and two
 gloo ranks) against bf16 export -> ``to-fp8``.
 
-Only the dense tiny model is tested: ``prl model init`` has no MoE preset (its presets are
-tiny, small and the dense Qwen3 shapes), so the MoE router rule (``mlp.gate`` stays bf16)
-is checked on tensor names only."""
+``prl model init`` has no MoE preset (its presets are tiny, small and the dense Qwen3
+shapes), so the MoE cases use a tiny Qwen3-MoE made here from ``Qwen3MoeConfig`` with the
+tiny model's tokenizer: 4 experts, router ``mlp.gate`` (kept in bf16), untied head."""
 
 from __future__ import annotations
 
@@ -21,6 +21,48 @@ from typer.testing import CliRunner
 
 E4M3_REL = 2.0**-4  # 3 mantissa bits: rounding to nearest is off by at most half a step, 2^-4 of |x|
 E4M3_SUBNORMAL_HALF_STEP = 2.0**-10  # below 2^-6 the step is fixed at 2^-9
+
+
+@pytest.fixture(scope="module")
+def tiny_moe(tmp_path_factory, tiny_model):
+    """A 2-layer, 4-expert Qwen3-MoE directory, saved by transformers (per-expert weights)."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen3MoeConfig
+
+    dense = AutoConfig.from_pretrained(tiny_model)
+    cfg = Qwen3MoeConfig(
+        vocab_size=dense.vocab_size,
+        hidden_size=192,
+        intermediate_size=256,
+        moe_intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=False,
+        eos_token_id=dense.eos_token_id,
+        pad_token_id=dense.pad_token_id,
+    )
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("models") / "tiny-moe"
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    for f in tiny_model.iterdir():
+        if f.name.startswith(("tokenizer", "chat_template")):
+            shutil.copy2(f, out / f.name)
+    return out
+
+
+def _model_dir(kind, request):
+    return request.getfixturevalue("tiny_model" if kind == "dense" else "tiny_moe")
+
+
+KEPT = {
+    "dense": ["lm_head", "model.embed_tokens"],  # the tiny model ties its head: no lm_head tensor, listed all the same
+    "moe": ["lm_head", "model.embed_tokens", "model.layers.0.mlp.gate", "model.layers.1.mlp.gate"],
+}
 
 
 def _app() -> typer.Typer:
@@ -100,7 +142,8 @@ def test_which_weights_are_quantized():
     assert not should_quantize("model.layers.0.self_attn.q_proj.bias", w1)
 
 
-def test_fp8_directory_matches_the_release_layout(tmp_path, tiny_model):
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_fp8_directory_matches_the_release_layout(tmp_path, kind, request):
     """Modelled on deepseek-ai/DeepSeek-V3's release: config.json has
     ``quantization_config = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
     "weight_block_size": [128, 128]}``; each quantized linear ``X.weight`` is F8_E4M3 in its
@@ -111,6 +154,7 @@ def test_fp8_directory_matches_the_release_layout(tmp_path, tiny_model):
     the config (``modules_to_not_convert`` is its key for the modules left in bf16)."""
     from transformers import AutoConfig, FineGrainedFP8Config
 
+    tiny_model = _model_dir(kind, request)
     result = _invoke("convert", "to-fp8", tiny_model, tmp_path / "fp8")
     assert result.exit_code == 0, result.output
     out = tmp_path / "fp8"
@@ -137,28 +181,33 @@ def test_fp8_directory_matches_the_release_layout(tmp_path, tiny_model):
         "activation_scheme": "dynamic",
         "weight_block_size": [128, 128],
     }
-    assert quant["modules_to_not_convert"] == ["model.embed_tokens"]
+    assert quant["modules_to_not_convert"] == quant["ignored_layers"] == KEPT[kind]
     parsed = FineGrainedFP8Config.from_dict(AutoConfig.from_pretrained(out).quantization_config)
     assert parsed.weight_block_size == [128, 128] and parsed.activation_scheme == "dynamic"
-    assert parsed.modules_to_not_convert == ["model.embed_tokens"]
+    assert parsed.modules_to_not_convert == KEPT[kind]
     for asset in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"):
         assert (out / asset).read_bytes() == (tiny_model / asset).read_bytes(), asset
 
 
-def test_to_bf16_gives_back_the_weights(tmp_path, tiny_model):
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_to_bf16_gives_back_the_weights(tmp_path, kind, request):
     """An FP8-only release dequantized to bf16 loads with transformers, and every weight is
     the original within the e4m3 bound (transformers itself needs a GPU, or accelerate, to
     load the FP8 directory, so the check is on the dequantized weights)."""
     from transformers import AutoModelForCausalLM
 
+    tiny_model = _model_dir(kind, request)
     assert _invoke("convert", "to-fp8", tiny_model, tmp_path / "fp8").exit_code == 0
     result = _invoke("convert", "to-bf16", tmp_path / "fp8", tmp_path / "bf16")
     assert result.exit_code == 0, result.output
     assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
     fp8 = _tensors(tmp_path / "fp8")
-    restored = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16").state_dict()
-    original = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+    restored = _tensors(tmp_path / "bf16")
+    with safe_open(str(tiny_model / "model.safetensors"), framework="pt") as f:
+        original = {k: f.get_tensor(k) for k in f.keys()}
     assert restored.keys() == original.keys()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
+    assert model.dtype == torch.bfloat16 and torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
     changed = 0
     for name, w in original.items():
         assert restored[name].dtype == torch.bfloat16, name
@@ -215,9 +264,14 @@ def test_export_fp8_refuses_a_lora_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_dcp_to_fp8_equals_bf16_export_then_to_fp8(tmp_path, tiny_model, sft_config):
+@pytest.mark.parametrize("kind", ["dense", "moe"])
+def test_dcp_to_fp8_equals_bf16_export_then_to_fp8(tmp_path, kind, request, sft_config):
+    """A trained checkpoint exported straight to FP8, by one process and by two gloo ranks
+    that each quantize their own tensors, holds bit for bit the tensors of the bf16 export
+    converted by ``prl convert to-fp8`` (for MoE: per-expert weights, as releases store them)."""
     from prl_trainer_torch.trainer import TorchTrainer
 
+    tiny_model = _model_dir(kind, request)
     fake = {"type": "fake", "seq_len": 32, "batch_size": 4}
     cfg = sft_config(tmp_path, tiny_model, "unused", data=fake, ckpt={}, max_steps=2)
     assert TorchTrainer.run_sft(cfg) == 0

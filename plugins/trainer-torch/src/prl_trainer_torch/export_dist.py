@@ -9,9 +9,10 @@ itself (as ``prl sft`` does). Each rank:
 3. walks the parameters in a fixed order, all-gathering each one (``full_tensor()``, a
    collective every rank joins); the rank that owns the name keeps it on the CPU in the
    export dtype. Names go to ranks greedily by size, so every rank keeps about 1/N;
-4. writes its own ``model-0000r-of-0000N.safetensors``. Rank 0 writes the
-   ``model.safetensors.index.json`` that maps each name to its file, the config and the
-   tokenizer files, so ``from_pretrained`` loads the directory as any sharded model.
+4. writes its own ``model-0000r-of-0000N.safetensors`` under the names ``save_pretrained``
+   uses. Once all files are written, rank 0 writes the ``model.safetensors.index.json`` that
+   maps each name to its file (read from the files), the config and the tokenizer files, so
+   ``from_pretrained`` loads the directory as any sharded model.
 
 With ``--dtype fp8`` each rank quantizes the tensors it kept to blockwise FP8 before writing
 (:mod:`prl_trainer_torch.fp8`), so no bf16 copy of the model is ever written; rank 0 then
@@ -99,8 +100,8 @@ def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
         if owner[name] == dist.rank:
             mine[name] = full.detach().to("cpu", DTYPES[dtype]).contiguous()
         del full
-    _write_rank_files(mine, out, dtype, dist, owner, sizes)
-    torch.distributed.barrier()  # every rank's file is on disk, so rank 0 can index them (fp8)
+    _write_rank_files(mine, hf, out, dtype, dist)
+    torch.distributed.barrier()  # every rank's file is on disk, so rank 0 can index them
     if dist.rank == 0:
         _write_side(hf.config, model_name, tokenizer, out, dtype, dist.world)
     torch.distributed.barrier()
@@ -108,29 +109,33 @@ def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
     return out
 
 
-def _write_rank_files(mine: dict, out: Path, dtype: str, dist, owner: dict[str, int], sizes: dict[str, int]) -> None:
-    """This rank's safetensors file; for bf16/float32 rank 0 also writes the index, which
-    it knows from ``owner`` (the fp8 index is read back from the files, scales included)."""
+def _write_rank_files(mine: dict, hf: torch.nn.Module, out: Path, dtype: str, dist) -> None:
+    """This rank's safetensors file, in the layout ``save_pretrained`` writes (transformers
+    fuses MoE experts into 3-D tensors in memory; files hold one 2-D weight per expert),
+    quantized for fp8."""
     from safetensors.torch import save_file
+    from transformers.core_model_loading import revert_weight_conversion
 
+    from prl_trainer_torch.fp8_convert import shard_names
+
+    mine = revert_weight_conversion(hf, mine)
     if dtype == "fp8":
         from prl_trainer_torch.fp8 import quantize_state
 
         mine = quantize_state(mine)
-    files = [f"model-{r + 1:05d}-of-{dist.world:05d}.safetensors" for r in range(dist.world)]
     out.mkdir(parents=True, exist_ok=True)
-    save_file(mine, str(out / files[dist.rank]), metadata={"format": "pt"})
-    if dist.rank == 0 and dtype != "fp8":
-        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": {n: files[owner[n]] for n in sizes}}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    save_file(mine, str(out / shard_names(dist.world)[dist.rank]), metadata={"format": "pt"})
 
 
 def _write_side(config, model_name: str, tokenizer: str, out: Path, dtype: str, world: int) -> None:
+    """Rank 0, once every rank's file is on disk: the index (read from the files' headers),
+    config, generation config and tokenizer; for fp8 also ``quantization_config``."""
     from prl_trainer_torch.export import write_side_files
     from prl_trainer_torch.fp8_convert import finish_fp8_export, shard_names, write_index
 
+    kept = write_index(out, shard_names(world))
     if dtype == "fp8":
-        finish_fp8_export(config, model_name, tokenizer, out, write_index(out, shard_names(world)))
+        finish_fp8_export(config, model_name, tokenizer, out, kept)
     else:
         write_side_files(config, model_name, tokenizer, out, DTYPES[dtype])
 

@@ -37,15 +37,19 @@ _KEEP_PATTERN = re.compile(
 
 
 def quantization_config(not_converted: list[str], block: int = BLOCK) -> dict:
-    """The ``quantization_config`` of config.json, keyed as DeepSeek-V3 / Qwen3-FP8 write it.
-    ``modules_to_not_convert`` is the key transformers' ``FineGrainedFP8Config`` reads and
-    vLLM's ``Fp8Config`` falls back to; it names the 2-D modules left in bf16."""
+    """The ``quantization_config`` of config.json, keyed as DeepSeek-V3 writes it, plus the
+    modules left in bf16 under both names readers use: ``modules_to_not_convert``
+    (transformers' ``FineGrainedFP8Config``) and ``ignored_layers`` (vLLM's ``Fp8Config``).
+    ``lm_head`` is always listed: transformers skips the output head by default only when no
+    list is given, and a tied head has no weight of its own in the files to be found by."""
+    skipped = sorted(set(not_converted) | {"lm_head"})
     return {
         "quant_method": "fp8",
         "fmt": "e4m3",
         "activation_scheme": "dynamic",
         "weight_block_size": [block, block],
-        "modules_to_not_convert": sorted(not_converted),
+        "modules_to_not_convert": skipped,
+        "ignored_layers": skipped,
     }
 
 

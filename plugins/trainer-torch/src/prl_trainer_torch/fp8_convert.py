@@ -127,9 +127,12 @@ def finish_fp8_export(config, model_name: str, tokenizer: str, out: Path, kept: 
 
 def save_fp8_model(hf: torch.nn.Module, model_name: str, tokenizer: str, out: Path) -> Path:
     """One-process ``prl export --dtype fp8``: quantize the loaded model's tensors and write them."""
+    from transformers.core_model_loading import revert_weight_conversion
+
     from prl_trainer_torch.export_dist import export_tensors
 
-    state = {n: t.detach().cpu() for n, t in export_tensors(hf)}
+    # the names and per-expert MoE layout save_pretrained writes (and releases use)
+    state = revert_weight_conversion(hf, {n: t.detach().cpu() for n, t in export_tensors(hf)})
     kept = write_shards(out, [quantize_state(state)], 1)
     finish_fp8_export(hf.config, model_name, tokenizer, out, kept)
     return out
