@@ -136,38 +136,58 @@ def top1_agreement(ref_model, model, tokenizer, ref: list[list[int]]) -> float:
     return same / max(total, 1)
 
 
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def score(name: str, other, reference, tokenizer, ref: list[list[int]], max_new_tokens: int) -> dict:
+    """Agreement of ``other`` with the reference; a failing forward (an FP8 kernel missing on
+    this machine, say) is reported, not raised, so the timings still print."""
+    try:
+        out = {
+            f"{name}_prefix_agreement": prefix_agreement(ref, generate(other, tokenizer, max_new_tokens)),
+            f"{name}_top1_agreement": top1_agreement(reference, other, tokenizer, ref),
+        }
+    except Exception as exc:
+        print(f"{name}: generation failed ({_why(exc)})", flush=True)
+        return {f"{name}_failed": _why(exc)}
+    print(
+        f"{name}: greedy prefix agreement {out[f'{name}_prefix_agreement']:.3f}, "
+        f"teacher-forced top-1 agreement {out[f'{name}_top1_agreement']:.3f}",
+        flush=True,
+    )
+    return out
+
+
 def compare(model: Path, work: Path, device: str, max_new_tokens: int) -> dict:
     from transformers import AutoTokenizer
 
+    cuda = device.startswith("cuda")
     tokenizer = AutoTokenizer.from_pretrained(model)
     reference, _ = timed("load bf16 reference", load, model, device, False)
     ref = generate(reference, tokenizer, max_new_tokens)
     report: dict = {}
+    ref_gib = torch.cuda.memory_allocated() / 2**30 if cuda else 0.0
+    if cuda:
+        report["bf16_gpu_gib"] = round(ref_gib, 3)
     candidates = {"fp8": (work / "fp8", True), "fp8_to_bf16": (work / "bf16", False)}
     for name, (path, is_fp8) in candidates.items():
         try:
             other, report[f"{name}_load_s"] = timed(f"load {name}", load, path, device, is_fp8)
         except Exception as exc:  # transformers refuses FP8 on some machines; say why, go on
-            report[f"{name}_skipped"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            print(f"{name}: not loaded ({report[f'{name}_skipped']})", flush=True)
+            report[f"{name}_skipped"] = _why(exc)
+            print(f"{name}: not loaded ({_why(exc)})", flush=True)
             continue
+        if cuda:  # what this model holds on the GPU, beyond the reference
+            report[f"{name}_gpu_gib"] = round(torch.cuda.memory_allocated() / 2**30 - ref_gib, 3)
         if is_fp8:
             report["fp8_weights_in_memory"] = fp8_weight_count(other)
             if report["fp8_weights_in_memory"] == 0:
                 print("fp8: transformers dequantized the weights (no FP8 kernels on this device)", flush=True)
-        try:
-            report[f"{name}_prefix_agreement"] = prefix_agreement(ref, generate(other, tokenizer, max_new_tokens))
-            report[f"{name}_top1_agreement"] = top1_agreement(reference, other, tokenizer, ref)
-        except Exception as exc:  # e.g. an FP8 kernel missing at the first forward: keep the timings
-            report[f"{name}_failed"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-            print(f"{name}: generation failed ({report[f'{name}_failed']})", flush=True)
-            continue
-        print(
-            f"{name}: greedy prefix agreement {report[f'{name}_prefix_agreement']:.3f}, "
-            f"teacher-forced top-1 agreement {report[f'{name}_top1_agreement']:.3f}",
-            flush=True,
-        )
+        report.update(score(name, other, reference, tokenizer, ref, max_new_tokens))
         del other
+        if cuda:
+            torch.cuda.empty_cache()
     return report
 
 

@@ -225,7 +225,7 @@ def _dequantized(src: Path, f, where: dict[str, str], block: tuple[int, int]) ->
             continue
         t = f.get_tensor(key)
         scale_key = key + SCALE_SUFFIX
-        if t.dtype == torch.float8_e4m3fn:
+        if t.is_floating_point() and t.element_size() == 1:  # e4m3 (or e5m2): needs its scale
             if scale_key not in where:
                 raise _usage(f"convert to-bf16: {src}: {key} is float8 but there is no {scale_key}")
             with safe_open(str(src / where[scale_key]), framework="pt") as g:
