@@ -33,8 +33,9 @@ def test_reverse_text_data_has_disjoint_held_out_split(tmp_path):
 def test_export_refuses_an_incomplete_checkpoint(tmp_path):
     (tmp_path / "step_3" / "trainer").mkdir(parents=True)
     result = CliRunner().invoke(_app(), ["export", str(tmp_path / "step_3")])
-    assert result.exit_code != 0
-    assert "no complete trainer checkpoint" in str(result.exception)
+    assert result.exit_code == 2
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "no complete trainer checkpoint" in lines[0] and "Traceback" not in result.output
 
 
 def test_lcs_ratio():

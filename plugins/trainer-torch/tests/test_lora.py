@@ -13,6 +13,7 @@ from prl_trainer_torch.cli import add_commands
 from prl_trainer_torch.lora import LoraLinear, adapter_tensors, apply_lora, merge_lora
 from prl_trainer_torch.optim import build_optimizer
 from prl_trainer_torch.sft import SFTRun
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from prl.config.errors import ConfigError
@@ -150,6 +151,14 @@ def _check_export(tmp_path, tiny_model, step_dir, trained):
     ids = _ids(adapted)
     torch.testing.assert_close(_logits(merged, ids), _logits(adapted, ids), rtol=1e-4, atol=1e-4)
     assert not torch.allclose(_logits(merged, ids), _logits(_model(tiny_model), ids), atol=1e-3)
+    # --dtype fp8 quantizes the merged weights: the same FP8 tensors as converting the merged export
+    fp8 = CliRunner().invoke(app, ["export", str(step_dir), str(tmp_path / "fp8"), "--merge-lora", "--dtype", "fp8"])
+    assert fp8.exit_code == 0, fp8.output
+    via = CliRunner().invoke(app, ["convert", "to-fp8", str(tmp_path / "merged"), str(tmp_path / "via")])
+    assert via.exit_code == 0, via.output
+    a, b = (load_file(tmp_path / d / "model-00001-of-00001.safetensors") for d in ("fp8", "via"))
+    assert a.keys() == b.keys() and any(t.dtype == torch.float8_e4m3fn for t in a.values())
+    assert all(torch.equal(a[k].view(torch.uint8), b[k].view(torch.uint8)) for k in a)
 
 
 def test_resume_refuses_a_checkpoint_of_the_other_kind(tmp_path, tiny_model, reverse_data, sft_config):

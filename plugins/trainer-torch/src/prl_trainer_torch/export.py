@@ -1,7 +1,8 @@
 """Export a DCP trainer checkpoint to a Hugging Face model directory.
 
 ``checkpoints/step_N`` -> ``step_N/weights/`` (or a given directory): safetensors weights
-in the chosen dtype (bf16 by default), ``config.json``, ``generation_config.json`` when the
+in the chosen dtype (bf16 by default; ``fp8`` writes blockwise FP8 to ``step_N/weights-FP8/``,
+see :mod:`prl_trainer_torch.fp8`), ``config.json``, ``generation_config.json`` when the
 source has one, and the tokenizer files, so transformers and the inference backends load
 it directly. A LoRA checkpoint is refused unless ``--merge-lora`` asks for the adapter to be
 merged into the base weights. The model architecture and tokenizer come from the run's resolved config
@@ -84,7 +85,7 @@ def export_checkpoint(
         )
     if lora is None and merge_lora:
         raise ConfigError(f"export: --merge-lora: {step_dir} is not a LoRA checkpoint", "Usage error")
-    out = Path(out) if out else step_dir / "weights"
+    out = Path(out) if out else step_dir / ("weights-FP8" if dtype == "fp8" else "weights")
     if num_workers > 1:
         if lora is not None:
             raise ConfigError("export: --merge-lora runs in one process; leave out --num-workers", "Usage error")
@@ -102,6 +103,10 @@ def export_checkpoint(
     set_model_state_dict(hf, state["model"], options=opts)
     if lora is not None:
         merge_lora_into(hf)
+    if dtype == "fp8":
+        from prl_trainer_torch.fp8_convert import save_fp8_model
+
+        return save_fp8_model(hf, model_name, tokenizer, out)
     hf.to({"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype])
     hf.config.use_cache = True
     out.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,14 @@ itself (as ``prl sft`` does). Each rank:
 3. walks the parameters in a fixed order, all-gathering each one (``full_tensor()``, a
    collective every rank joins); the rank that owns the name keeps it on the CPU in the
    export dtype. Names go to ranks greedily by size, so every rank keeps about 1/N;
-4. writes its own ``model-0000r-of-0000N.safetensors``. Rank 0 writes the
-   ``model.safetensors.index.json`` that maps each name to its file, the config and the
-   tokenizer files, so ``from_pretrained`` loads the directory as any sharded model.
+4. writes its own ``model-0000r-of-0000N.safetensors`` under the names ``save_pretrained``
+   uses. Once all files are written, rank 0 writes the ``model.safetensors.index.json`` that
+   maps each name to its file (read from the files), the config and the tokenizer files, so
+   ``from_pretrained`` loads the directory as any sharded model.
+
+With ``--dtype fp8`` each rank quantizes the tensors it kept to blockwise FP8 before writing
+(:mod:`prl_trainer_torch.fp8`), so no bf16 copy of the model is ever written; rank 0 then
+indexes the files (weights and their ``weight_scale_inv``) and adds ``quantization_config``.
 
 On GPUs the ranks use NCCL, on CPUs gloo. The result holds the same tensors as the
 single-process export (:func:`prl_trainer_torch.export.export_checkpoint`).
@@ -25,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+# fp8: each rank gathers its tensors in bf16 and quantizes them itself (prl_trainer_torch.fp8).
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "fp8": torch.bfloat16}
 
 
 def owners(sizes: dict[str, int], world: int) -> dict[str, int]:
@@ -57,7 +63,7 @@ def _sharded_model(model_name: str, dist) -> torch.nn.Module:
     return hf
 
 
-def _tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+def export_tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """What ``save_pretrained`` writes: parameters once each (a tied output matrix is the
     input embedding) and persistent buffers."""
     params = dict(hf.named_parameters())  # duplicates (tied weights) removed
@@ -69,11 +75,10 @@ def _tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
     """This rank's part of the export (see the module docstring)."""
     import torch.distributed.checkpoint as dcp
-    from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
     from torch.distributed.tensor import DTensor
 
-    from prl_trainer_torch.export import check_checkpoint, model_source, write_side_files
+    from prl_trainer_torch.export import check_checkpoint, model_source
     from prl_trainer_torch.model import init_distributed
 
     check_checkpoint(step_dir)
@@ -85,7 +90,7 @@ def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
     dcp.load(state, checkpoint_id=str(step_dir / "trainer"))
     set_model_state_dict(hf, state["model"], options=opts)
 
-    tensors = _tensors(hf)
+    tensors = export_tensors(hf)
     element = torch.tensor([], dtype=DTYPES[dtype]).element_size()
     sizes = {n: t.numel() * element for n, t in tensors}
     owner = owners(sizes, dist.world)
@@ -95,16 +100,44 @@ def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
         if owner[name] == dist.rank:
             mine[name] = full.detach().to("cpu", DTYPES[dtype]).contiguous()
         del full
-    files = [f"model-{r + 1:05d}-of-{dist.world:05d}.safetensors" for r in range(dist.world)]
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(mine, str(out / files[dist.rank]), metadata={"format": "pt"})
+    _write_rank_files(mine, hf, out, dtype, dist)
+    torch.distributed.barrier()  # every rank's file is on disk, so rank 0 can index them
     if dist.rank == 0:
-        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": {n: files[owner[n]] for n in sizes}}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        write_side_files(hf.config, model_name, tokenizer, out, DTYPES[dtype])
+        _write_side(hf.config, model_name, tokenizer, out, dtype, dist.world)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return out
+
+
+def _write_rank_files(mine: dict, hf: torch.nn.Module, out: Path, dtype: str, dist) -> None:
+    """This rank's safetensors file, in the layout ``save_pretrained`` writes (transformers
+    fuses MoE experts into 3-D tensors in memory; files hold one 2-D weight per expert),
+    quantized for fp8."""
+    from safetensors.torch import save_file
+    from transformers.core_model_loading import revert_weight_conversion
+
+    from prl_trainer_torch.fp8_convert import shard_names
+
+    mine = revert_weight_conversion(hf, mine)
+    if dtype == "fp8":
+        from prl_trainer_torch.fp8 import quantize_state
+
+        mine = quantize_state(mine)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(mine, str(out / shard_names(dist.world)[dist.rank]), metadata={"format": "pt"})
+
+
+def _write_side(config, model_name: str, tokenizer: str, out: Path, dtype: str, world: int) -> None:
+    """Rank 0, once every rank's file is on disk: the index (read from the files' headers),
+    config, generation config and tokenizer; for fp8 also ``quantization_config``."""
+    from prl_trainer_torch.export import write_side_files
+    from prl_trainer_torch.fp8_convert import finish_fp8_export, shard_names, write_index
+
+    kept = write_index(out, shard_names(world))
+    if dtype == "fp8":
+        finish_fp8_export(config, model_name, tokenizer, out, kept)
+    else:
+        write_side_files(config, model_name, tokenizer, out, DTYPES[dtype])
 
 
 def main(argv: list[str] | None = None) -> int:
