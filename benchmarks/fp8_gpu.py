@@ -82,15 +82,33 @@ def convert(model: Path, work: Path, checkpoint: Path | None, num_workers: int) 
     return report
 
 
-def load(path: Path, device: str, fp8: bool):
+def load(path: Path, device: str, fp8: bool | str):
     """A model for generation. The FP8 directory goes through transformers' fine-grained FP8
-    loading (``device_map``, which needs accelerate), with the dtypes its config gives; the
-    bf16 ones load plainly and move to the device."""
+    loading (``device_map``, which needs accelerate), with the dtypes its config gives;
+    ``fp8="dequantize"`` has transformers read the FP8 weights and their scales and
+    dequantize them to bf16 (its path where no FP8 kernel can be had); the bf16 ones load
+    plainly and move to the device."""
     from transformers import AutoModelForCausalLM
 
+    if fp8 == "dequantize":
+        from transformers import FineGrainedFP8Config
+
+        config = FineGrainedFP8Config(dequantize=True)
+        return AutoModelForCausalLM.from_pretrained(path, quantization_config=config, dtype=torch.bfloat16).to(device)
     if fp8:
         return AutoModelForCausalLM.from_pretrained(path, device_map=device).eval()
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device).eval()
+
+
+@torch.no_grad()
+def max_logit_diff(a, b, tokenizer, ref: list[list[int]]) -> float:
+    """Largest |logit| difference of two models along the reference's greedy sequences."""
+    worst = 0.0
+    for prompt, gen in zip(PROMPTS, ref, strict=True):
+        ids = torch.tensor([tokenizer(prompt).input_ids + gen])
+        la, lb = a(ids.to(a.device)).logits.float().cpu(), b(ids.to(b.device)).logits.float().cpu()
+        worst = max(worst, float((la - lb).abs().max()))
+    return worst
 
 
 def fp8_weight_count(model) -> int:
@@ -170,7 +188,12 @@ def compare(model: Path, work: Path, device: str, max_new_tokens: int) -> dict:
     ref_gib = torch.cuda.memory_allocated() / 2**30 if cuda else 0.0
     if cuda:
         report["bf16_gpu_gib"] = round(ref_gib, 3)
-    candidates = {"fp8": (work / "fp8", True), "fp8_to_bf16": (work / "bf16", False)}
+    candidates = {
+        "fp8": (work / "fp8", True),
+        "fp8_to_bf16": (work / "bf16", False),
+        "fp8_dequantized_by_transformers": (work / "fp8", "dequantize"),
+    }
+    kept: dict = {}
     for name, (path, is_fp8) in candidates.items():
         try:
             other, report[f"{name}_load_s"] = timed(f"load {name}", load, path, device, is_fp8)
@@ -180,11 +203,17 @@ def compare(model: Path, work: Path, device: str, max_new_tokens: int) -> dict:
             continue
         if cuda:  # what this model holds on the GPU, beyond the reference
             report[f"{name}_gpu_gib"] = round(torch.cuda.memory_allocated() / 2**30 - ref_gib, 3)
-        if is_fp8:
+        if is_fp8 is True:  # the kernel path; "dequantize" holds bf16 by design
             report["fp8_weights_in_memory"] = fp8_weight_count(other)
             if report["fp8_weights_in_memory"] == 0:
                 print("fp8: transformers dequantized the weights (no FP8 kernels on this device)", flush=True)
         report.update(score(name, other, reference, tokenizer, ref, max_new_tokens))
+        if name == "fp8_to_bf16":
+            kept[name] = other  # compared below with transformers' reading of the FP8 directory
+        elif name == "fp8_dequantized_by_transformers" and "fp8_to_bf16" in kept:
+            diff = max_logit_diff(kept["fp8_to_bf16"], other, tokenizer, ref)
+            report["transformers_vs_prl_dequantized_max_logit_diff"] = diff
+            print(f"transformers' dequantization vs prl convert to-bf16: max |logit diff| {diff:.3g}", flush=True)
         del other
         if cuda:
             torch.cuda.empty_cache()

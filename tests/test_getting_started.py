@@ -42,6 +42,13 @@ COMMANDS: dict[str, str | None] = {
     "make demo": SKIP,  # the whole demo (about 14 minutes); the README's quickstart
     "make test": SKIP,  # the whole suite, which holds this test
     "source .venv/bin/activate": SKIP,  # here the venv's bin/ is first on PATH instead
+    # "Run it on a GPU": hub downloads and a GPU (benchmarks/hub_gpu.sh runs them on one;
+    # tests/test_config_examples.py dry-runs both configs, tests/test_hub_e2e.py the hub path)
+    "prl sft @ examples/reverse-text/gpu/sft.toml --dry-run": SKIP,
+    "prl sft @ examples/reverse-text/gpu/sft.toml": SKIP,
+    "prl export outputs/reverse-text-gpu-sft/checkpoints/step_100": SKIP,
+    "prl rl @ examples/reverse-text/gpu/rl.toml"
+    " --model.name outputs/reverse-text-gpu-sft/checkpoints/step_100/weights": SKIP,
     "prl --help": "",
     "prl plugins": "",
     "prl model init --preset tiny --out models/tiny": "",
