@@ -14,6 +14,15 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from prl.cli.errors import MissingMachinery
+from prl.cli.placement import (
+    bind_weight_transport,
+    check_inference_ports,
+    dials_port_zero,
+    pin_inference_port,
+    pin_rollout_port,
+    place_inference,
+    place_trainer,
+)
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
 from prl.config.model_paths import check_renderers, needs_of
@@ -118,87 +127,6 @@ def _share_identity(cfg, *components) -> None:
             comp.output_dir = cfg.output_dir
 
 
-def _pin_inference_port(inference) -> bool:
-    """``server.port = 0`` under a launcher means any free port: pick it now, so the clients
-    started beside the server are told the same one. True when a port was picked."""
-    if inference is None or inference.server.port != 0:
-        return False
-    from prl.serving import free_port
-
-    inference.server.port = free_port(inference.server.host)
-    return True
-
-
-def _dials_port_zero(url: str) -> bool:
-    """A client URL written for a managed server on port 0 (``http://host:0``): it means
-    that server, wherever its port is pinned."""
-    from urllib.parse import urlsplit
-
-    try:
-        return urlsplit(url).port == 0
-    except ValueError:
-        return False
-
-
-def _check_inference_ports(cfg) -> None:
-    """A taken inference port stops a launch here, in one line naming the flag, before any
-    process starts (not for a dry run, nor for a batch scheduler's job on another node)."""
-    if cfg.inference is None or cfg.dry_run or cfg.deployment.submits:
-        return
-    from prl.serving import inference_ports_free
-
-    inference_ports_free(cfg.inference, "inference.")
-
-
-def _pin_rollout_port(trainer, orchestrator) -> None:
-    """``rollout_transport.port = 0`` (zmq) means any free port: pick it before launch and
-    give trainer and orchestrator the same one."""
-    transport = orchestrator.rollout_transport
-    if transport.type != "zmq" or transport.port != 0:
-        return
-    from prl.serving import free_listen_port
-
-    port = free_listen_port(transport.host)
-    transport.port = trainer.rollout_transport.port = port
-
-
-def _bind_weight_transport(cfg, inference, components) -> None:
-    """Let the weight transport size itself for this run's inference workers, then hand
-    every component the same settings (ports picked here, not once per process)."""
-    # Behind a router every engine joins the broadcast group: the workers of all of them.
-    workers = inference.backend.worker_count() * (inference.server.engines or 1) if inference is not None else 1
-    cfg.weight_broadcast.bind_run(workers)
-    for component in components:
-        component.weight_broadcast = cfg.weight_broadcast.model_copy()
-
-
-def _place_inference(cfg) -> None:
-    """Engines behind the router from ``[deployment]``, and the GPU counts checked against
-    this machine when it is the one that runs them (not for a batch scheduler's job)."""
-    from prl.engines import resolve_engines
-    from prl.gpus import check_deployment
-
-    if not cfg.deployment.submits:
-        check_deployment(cfg.deployment)
-    if cfg.inference is not None:
-        resolve_engines(cfg.inference, cfg.deployment)
-
-
-def _place_trainer(cfg, merged: dict) -> None:
-    """One trainer rank per train GPU of a single-node ``[deployment]`` (torchrun
-    nproc = num_train_gpus), unless the config sets the worker counts itself."""
-    gpus = getattr(cfg.deployment, "num_train_gpus", 0) or 0
-    if gpus <= 1 or getattr(cfg.deployment, "num_train_nodes", 0):
-        return
-    if "num_workers" in (merged.get("trainer") or {}) or "num_train_workers" in (merged.get("orchestrator") or {}):
-        return
-    try:
-        cfg.trainer.model.data_parallel(gpus)
-    except ValueError as exc:
-        raise ConfigError(f"--deployment.num-train-gpus: {gpus} trainer ranks: {exc}") from None
-    cfg.trainer.num_workers = cfg.orchestrator.num_train_workers = gpus
-
-
 def cmd_rl(argv: list[str]) -> int:
     from prl.config.roots import RLConfig
 
@@ -215,14 +143,14 @@ def cmd_rl(argv: list[str]) -> int:
         cfg.run.name = generate_name([s.name for s in cfg.orchestrator.train.source], cfg.model.name)
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
     client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
-    _place_inference(cfg)
-    _place_trainer(cfg, res.merged)
-    _pin_inference_port(cfg.inference)
-    _pin_rollout_port(cfg.trainer, cfg.orchestrator)
-    _bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])
-    if cfg.inference is not None and (not client_set or _dials_port_zero(cfg.orchestrator.client.base_url)):
+    place_inference(cfg)
+    place_trainer(cfg, res.merged)
+    pin_inference_port(cfg.inference)
+    pin_rollout_port(cfg.trainer, cfg.orchestrator)
+    bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])
+    if cfg.inference is not None and (not client_set or dials_port_zero(cfg.orchestrator.client.base_url)):
         cfg.orchestrator.client.base_url = f"http://{cfg.inference.server.host}:{cfg.inference.server.port}"
-    _check_inference_ports(cfg)
+    check_inference_ports(cfg)
     resolved: dict = {"trainer": cfg.trainer, "orchestrator": cfg.orchestrator}
     if cfg.inference is not None:
         resolved["inference"] = _placed_inference(cfg, "prl rl")
@@ -323,13 +251,13 @@ def cmd_sft(argv: list[str]) -> int:
         cfg.run.name = generate_name([Path(cfg.data.name.rstrip("/")).stem], cfg.model.name)
     submits = cfg.deployment.submits
     trainer_cls = None if cfg.dry_run or submits else _plugin(TRAINERS, cfg.trainer_type)
-    zero_url = cfg.inference is not None and _dials_port_zero(cfg.eval.client.base_url)
-    if _pin_inference_port(cfg.inference) and zero_url:
+    zero_url = cfg.inference is not None and dials_port_zero(cfg.eval.client.base_url)
+    if pin_inference_port(cfg.inference) and zero_url:
         server = cfg.inference.server
         cfg.eval.client.base_url = f"http://{server.host}:{server.port}"
     _share_identity(cfg, cfg.inference)
-    _place_inference(cfg)
-    _check_inference_ports(cfg)
+    place_inference(cfg)
+    check_inference_ports(cfg)
     if cfg.inference is not None:
         engines = cfg.inference.server.engines or 1
         cfg.weight_broadcast.bind_run(cfg.inference.backend.worker_count() * engines)
