@@ -13,25 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from prl.cli.main import app
-from prl.testing.hub_setup import tiny_dataset_dir, tiny_model_dir
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_trainer_torch")
 
-MODEL, DATA = "prl-test/tiny", "prl-test/reverse"
-
-
-@pytest.fixture(scope="module")
-def repos(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("repos")
-    return tiny_model_dir(root / "model"), tiny_dataset_dir(root / "data")
-
-
-@pytest.fixture
-def hub(local_hub, repos):
-    local_hub.add_model(MODEL, repos[0])
-    local_hub.add_dataset(DATA, repos[1])
-    return local_hub
+MODEL, DATA = "prl-test/tiny", "prl-test/reverse"  # served by the `hub` fixture (conftest.py)
 
 
 def _prl(*argv: str):
@@ -48,11 +34,11 @@ def _cached(kind: str, name: str) -> bool:
     return hub.local_dir(name, kind) is not None
 
 
-def test_dry_run_lists_what_a_launch_would_fetch_and_downloads_nothing(hub, tmp_path, repos):
+def test_dry_run_lists_what_a_launch_would_fetch_and_downloads_nothing(hub, tmp_path, hub_repos):
     result = _prl(*_sft(tmp_path, "--dry-run"))
     assert result.exit_code == 0, result.output
-    weights = (repos[0] / "model.safetensors").stat().st_size
-    model_files = sum(1 for p in repos[0].rglob("*") if p.is_file())
+    weights = (hub_repos[0] / "model.safetensors").stat().st_size
+    model_files = sum(1 for p in hub_repos[0].rglob("*") if p.is_file())
     line = next(x for x in result.output.splitlines() if x.startswith(f"would fetch model {MODEL}"))
     assert f"(model.name): {model_files} files," in line
     assert weights > 100_000 and ("MiB" in line or "KiB" in line)
@@ -116,8 +102,8 @@ def test_a_repo_that_does_not_exist(hub, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_gated_repo_needs_a_token(hub, repos, tmp_path, monkeypatch):
-    hub.add_model("prl-test/gated", repos[0], gated=True)
+def test_a_gated_repo_needs_a_token(hub, hub_repos, tmp_path, monkeypatch):
+    hub.add_model("prl-test/gated", hub_repos[0], gated=True)
     argv = ["fetch", "sft", "--model.name", "prl-test/gated", "--data.name", DATA]
     _one_line_failure(_prl(*argv), "--model.name: 'prl-test/gated' is gated on the Hugging Face Hub")
     monkeypatch.setenv("HF_TOKEN", hub.token)

@@ -10,32 +10,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from prl.testing.configs import VLLM_CPU_FLAGS, tiny_rl_toml
-from prl.testing.hub_setup import tiny_dataset_dir, tiny_model_dir
 
 pytest.importorskip("prl_model_init")
 pytest.importorskip("prl_inference_torch")
 pytest.importorskip("prl_trainer_torch")
 pytest.importorskip("prl_tasks_builtin")
 
-MODEL, DATA = "prl-test/tiny", "prl-test/reverse"
-
-
-@pytest.fixture(scope="module")
-def repos(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("repos")
-    return tiny_model_dir(root / "model"), tiny_dataset_dir(root / "data")
-
-
-@pytest.fixture
-def hub(local_hub, repos):
-    local_hub.add_model(MODEL, repos[0])
-    local_hub.add_dataset(DATA, repos[1])
-    return local_hub
+MODEL, DATA = "prl-test/tiny", "prl-test/reverse"  # served by the `hub` fixture (conftest.py)
 
 
 def _weights(hub) -> list[str]:

@@ -1,0 +1,28 @@
+"""Fixtures of the cross-distribution tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HUB_MODEL, HUB_DATA = "prl-test/tiny", "prl-test/reverse"
+
+
+@pytest.fixture(scope="session")
+def hub_repos(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny model's and a tiny reverse-text dataset's repo contents."""
+    pytest.importorskip("prl_model_init")
+    from prl.testing.hub_setup import tiny_dataset_dir, tiny_model_dir
+
+    root = tmp_path_factory.mktemp("repos")
+    return tiny_model_dir(root / "model"), tiny_dataset_dir(root / "data")
+
+
+@pytest.fixture
+def hub(local_hub, hub_repos):
+    """The local hub serving them as ``prl-test/tiny`` and dataset ``prl-test/reverse``,
+    which exist nowhere else: a test that loads them went through the hub."""
+    local_hub.add_model(HUB_MODEL, hub_repos[0])
+    local_hub.add_dataset(HUB_DATA, hub_repos[1])
+    return local_hub
