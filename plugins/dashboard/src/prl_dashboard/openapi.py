@@ -55,6 +55,7 @@ EPISODE_QUERY = [
     _query("kind", "only episodes of this kind"),
     _query("env", "only episodes of this environment"),
     _query("step", "only episodes of this step"),
+    _query("id", "only the episode with this trace id"),
 ]
 LINE = {"name": "line", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}}
 TRACE = {"name": "trace", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
