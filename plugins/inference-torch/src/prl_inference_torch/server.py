@@ -101,7 +101,8 @@ def build_app(state: ServerState) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=state.limits.max_body_bytes)
     _errors(app)
     _info_routes(app, state)
-    _generation_routes(app, state)
+    _token_route(app, state)
+    _openai_routes(app, state)
     admin_routes(app, state)
     openapi_as_served(app, lambda schema: document_limits(schema, state))
     return app
@@ -163,7 +164,7 @@ GENERATION_ERRORS = error_responses(400, 404, 413, 500, 503)
 STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events with stream: true"}}
 
 
-def _generation_routes(app: FastAPI, state: ServerState) -> None:
+def _token_route(app: FastAPI, state: ServerState) -> None:
     @app.post("/inference/v1/generate", responses=GENERATION_ERRORS)
     async def generate(body: GenerateRequest, request: Request) -> Any:
         if body.stream:
@@ -187,6 +188,8 @@ def _generation_routes(app: FastAPI, state: ServerState) -> None:
             await _run_request(state, req, request)
         return fmt.generate_body(req, f"gen-{uuid.uuid4().hex}", body.model or state.model_name)
 
+
+def _openai_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/completions", responses={**GENERATION_ERRORS, **STREAM})
     async def completions(body: CompletionRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
@@ -210,14 +213,7 @@ def _generation_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/chat/completions", responses={**GENERATION_ERRORS, **STREAM})
     async def chat(body: ChatRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
-        want, field_name = (
-            (body.max_completion_tokens, "max_completion_tokens")
-            if body.max_completion_tokens is not None
-            else (body.max_tokens, "max_tokens")
-        )
-        check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=want, field=field_name)
-        if body.max_completion_tokens is not None:  # max_tokens is unused then, but still bounded
-            check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=body.max_tokens)
+        want, field_name = _chat_max_tokens(state, body)
         ids = await asyncio.to_thread(_chat_prompt, state, body)
         check_request(state.limits, n=body.n, prompt_lens=[len(ids)], max_tokens=want, field=field_name)
         top = (body.top_logprobs or 0) if body.logprobs else None
@@ -231,6 +227,20 @@ def _generation_routes(app: FastAPI, state: ServerState) -> None:
         async with state.budget.hold(_tokens(req)):
             await _run_request(state, req, request)
         return _chat_body(state, body, req)
+
+
+def _chat_max_tokens(state: ServerState, body: ChatRequest) -> tuple[int | None, str]:
+    """The output length a chat request asks for, and the field it came from
+    (``max_completion_tokens`` wins); both fields are bounded as the OpenAPI document says,
+    the unused one too. Checked before the prompt is rendered."""
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(body, name)
+        check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=value, field=name)
+        if value is not None and value >= state.max_model_len:
+            raise ApiError(f"{name} ({value}) leaves no room for a prompt (max_model_len {state.max_model_len})")
+    if body.max_completion_tokens is not None:
+        return body.max_completion_tokens, "max_completion_tokens"
+    return body.max_tokens, "max_tokens"
 
 
 def _errors(app: FastAPI) -> None:
