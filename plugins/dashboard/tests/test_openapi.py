@@ -60,11 +60,13 @@ def test_other_methods_get_405_with_allow(server):
     assert head.status == 200 and head.read() == b""
 
 
-def test_schemathesis_all_checks_pass(server):  # a few seconds: the server is in-process
+def test_schemathesis_all_checks_pass(server, tmp_path):  # a few seconds: the server is in-process
     argv = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color", "run"]
     argv += [f"{server}/api/openapi.json", "--checks", "all", "--max-examples", str(MAX_EXAMPLES)]
     t0 = time.monotonic()
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "PRL_ST_RUN": "run-a"})
+    env = {**os.environ, "PRL_ST_RUN": "run-a"}
+    # cwd: schemathesis keeps a cache directory (.schemathesis/) where it runs
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     print(f"\nschemathesis in {time.monotonic() - t0:.0f} s:\n{run.stdout[run.stdout.find('=== SUMMARY') :]}")
     failures = run.stdout[run.stdout.find("=== FAILURES") :] if "=== FAILURES" in run.stdout else run.stdout
     assert run.returncode == 0, failures[:20000] + run.stderr[-2000:]

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.slow
 
 API_KEY = "openapi-key"
 ADMIN_TIMEOUT = 2.0
-LIMITS = {"max_n": 4, "max_tokens": 16}  # keeps each generated request to a few tokens
+# A few tokens per generated request; prompts well inside the 2048-token context, so that a
+# prompt of max_prompt_tokens plus max_tokens always fits.
+LIMITS = {"max_n": 4, "max_tokens": 16, "max_prompt_tokens": 1024}
 MAX_EXAMPLES = int(os.environ.get("PRL_FUZZ_EXAMPLES", "8"))  # per operation and phase
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 BACKEND = {"max_batch_size": 8, "max_prefill_tokens": 512, "dtype": "float32", "num_threads": 1}
@@ -75,14 +77,15 @@ def test_a_wrong_method_gets_405_with_allow(server):
     assert resp.json()["error"]["message"]
 
 
-def test_schemathesis_all_checks_pass(server):
+def test_schemathesis_all_checks_pass(server, tmp_path):
     argv = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color", "run"]
     argv += [f"{server}/openapi.json", "--checks", "all", "--max-examples", str(MAX_EXAMPLES)]
     argv += ["--request-timeout", "20", "-H", f"Authorization: Bearer {API_KEY}"]
     t0 = time.monotonic()
     hooks = {"SCHEMATHESIS_HOOKS": "st_hooks", "PRL_ST_MAX_N": str(LIMITS["max_n"])}
     env = {**os.environ, **hooks, "PYTHONPATH": os.pathsep.join([str(CONFIG.parent), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    # cwd: schemathesis keeps a cache directory (.schemathesis/) where it runs
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     summary = run.stdout[run.stdout.find("=== SUMMARY") :] or run.stdout[-3000:]
     print(f"\nschemathesis in {time.monotonic() - t0:.0f} s:\n{summary}")
     failures = run.stdout[run.stdout.find("=== FAILURES") :] if "=== FAILURES" in run.stdout else run.stdout

@@ -24,7 +24,9 @@ TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
 
 
 class ChatMessage(OpenModel):
-    role: Literal["system", "user", "assistant", "tool", "developer"]
+    # The roles chat templates render; a template may silently drop any other (the tiny
+    # model's does), leaving an empty prompt, so others are refused up front.
+    role: Literal["system", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
 
