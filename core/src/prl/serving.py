@@ -127,3 +127,50 @@ def serve_main(argv: list[str] | None, module: str, backend_cls: Any) -> int:
         return 2
     backend_cls(InferenceConfig.model_validate_json(Path(args[0]).read_text())).serve()
     return 0
+
+
+# After SIGTERM uvicorn stops accepting, then waits this long for open connections before
+# cancelling their handlers: a request stuck on a peer (a trainer that never sends) must
+# not keep a launcher's or SLURM's stop waiting.
+SHUTDOWN_GRACE_S = 3.0
+
+ERROR_DESCRIPTIONS = {
+    400: "Bad request: a value out of range, malformed JSON, or a check against the model failed",
+    401: "Admin route without 'Authorization: Bearer <server.api_key>'",
+    404: "The model (or adapter) named is not served here",
+    413: "Request body over server.limits.max_body_bytes",
+    500: "The engine failed while serving the request",
+    501: "This feature needs a plugin that is not installed",
+    502: "The trainer's weight-broadcast group could not be joined (unreachable, refused)",
+    503: "Server busy (token budget queue full; see Retry-After) or shutting down",
+    504: "An admin wait ran past server.admin_timeout",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses=`` declaring each error status with the shared error body."""
+    from prl.contracts.http import ErrorBody
+
+    return {code: {"model": ErrorBody, "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+
+
+def openapi_as_served(app: Any, patch: Any = None) -> None:
+    """Make ``app``'s OpenAPI document say what the server answers: FastAPI lists a 422 for
+    every route with a body, but these servers answer bad input with 400 (declared per route
+    through :func:`error_responses`); ``patch(schema)`` may add what only the running server
+    knows (the vocabulary size, the configured limits)."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for item in schema.get("paths", {}).values():
+                for operation in item.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            if patch is not None:
+                patch(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi

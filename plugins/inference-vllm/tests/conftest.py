@@ -26,10 +26,10 @@ START_TIMEOUT_S = float(os.environ.get("PRL_VLLM_START_TIMEOUT", "600"))
 LIMITS = {"max_n": 64, "max_prompt_tokens": 500, "max_tokens": 511, "max_body_bytes": 4 * 1024 * 1024}
 
 
-def server_config(model_dir: Path, ready_file: Path, **backend) -> dict:
+def server_config(model_dir: Path, ready_file: Path, server: dict | None = None, **backend) -> dict:
     return {
         "model": {"name": str(model_dir)},
-        "server": {"host": "127.0.0.1", "port": 0, "api_key": API_KEY, "limits": LIMITS},
+        "server": {"host": "127.0.0.1", "port": 0, "api_key": API_KEY, "limits": LIMITS, **(server or {})},
         "max_model_len": 512,
         "backend": {
             "type": "vllm",
@@ -45,11 +45,14 @@ def server_config(model_dir: Path, ready_file: Path, **backend) -> dict:
     }
 
 
-def start_server(workdir: Path, model_dir: Path, **backend) -> tuple[subprocess.Popen, str, float, Path]:
-    """Start the backend; return (process, base URL, seconds to ready, log path)."""
+def start_server(
+    workdir: Path, model_dir: Path, server: dict | None = None, **backend
+) -> tuple[subprocess.Popen, str, float, Path]:
+    """Start the backend (``server``: settings over the defaults); return (process, base URL,
+    seconds to ready, log path)."""
     ready, log_path = workdir / "ready.txt", workdir / "server.log"
     cfg = workdir / "inference.json"
-    cfg.write_text(json.dumps(server_config(model_dir, ready, **backend)))
+    cfg.write_text(json.dumps(server_config(model_dir, ready, server, **backend)))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("PRL_API_KEY", None)
     t0 = time.monotonic()
@@ -104,3 +107,9 @@ def vllm_server(tmp_path_factory, tiny_model):
 @pytest.fixture(scope="session")
 def inference_server(vllm_server) -> InferenceServer:
     return InferenceServer(base_url=vllm_server["url"], model_dir=str(vllm_server["model_dir"]), api_key=API_KEY)
+
+
+@pytest.fixture(scope="session")
+def server_process():
+    """``(start_server, api_key)`` for tests that need a vLLM server of their own."""
+    return start_server, API_KEY

@@ -440,6 +440,10 @@ class ServerConfig(PrlModel):
     """Write the bound URL here once serving ($PRL_READY_FILE when unset)."""
     limits: ServerLimitsConfig = Field(default_factory=ServerLimitsConfig)
     """Per-request and in-flight limits that keep one client from exhausting the server."""
+    admin_timeout: Annotated[float, Field(gt=0)] = 600.0
+    """Seconds an admin route waits for something outside the request (the trainer forming
+    the weight-broadcast group, the engine draining for a weight swap) before answering
+    504 naming what it waited for."""
     engines: Annotated[int, Field(ge=1)] | None = None
     """Engine processes behind one address (data parallel): above 1, a router listens on
     ``port`` and spreads requests over engines on ``backend_port`` + i. None: under

@@ -3,7 +3,8 @@
 The JSON file holds a :class:`prl.config.components.SourceConfig`. The server binds
 127.0.0.1 on a port the OS picks, then writes ``host:port`` to ``<name>.address`` next to
 the config file (write-then-rename, so a reader never sees a partial address), and serves
-until SIGTERM/SIGINT. A taskset with a protocol of its own provides
+until SIGTERM/SIGINT, after which it exits within a few seconds, cancelling the calls in
+flight. A taskset with a protocol of its own provides
 ``serve(host, on_bound)``; any other taskset is served with prl's JSON protocol.
 
 A server that an orchestrator spawned (``$PRL_ENV_SERVER_PARENT`` holds the orchestrator's
@@ -28,6 +29,7 @@ from prl.envs.protocol import ProtocolServer
 from prl.envs.source import PARENT_ENV, build_taskset
 from prl.fsutil import write_atomic
 from prl.logs import setup_logging
+from prl.serving import SHUTDOWN_GRACE_S
 
 log = logging.getLogger("prl.env-server")
 PARENT_POLL_S = 1.0
@@ -70,20 +72,37 @@ def main(config_path: str | Path) -> int:
     loop = asyncio.new_event_loop()
     main_task = loop.create_task(serve(source, address_file))
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, main_task.cancel)
+        # Every task, not only serving: an asyncio server's close waits for its open
+        # connections (Python 3.12+), so a stop must not wait for clients to hang up.
+        loop.add_signal_handler(sig, _cancel_all, loop)
     parent = os.environ.get(PARENT_ENV, "")
-    watcher = loop.create_task(watch_parent(int(parent), main_task)) if parent.isdigit() else None
+    if parent.isdigit():
+        loop.create_task(watch_parent(int(parent), main_task))
     try:
         loop.run_until_complete(main_task)
     except asyncio.CancelledError:
         log.info("env server for source '%s' stopped", source.name)
     finally:
-        if watcher is not None:
-            watcher.cancel()
-            loop.run_until_complete(asyncio.gather(watcher, return_exceptions=True))
+        _cancel_the_rest(loop)
         address_file.unlink(missing_ok=True)
         loop.close()
     return 0
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> list[asyncio.Task]:
+    """Cancel serving and every call in flight (a rollout, a client that never finished its
+    request line, the parent watcher)."""
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    return tasks
+
+
+def _cancel_the_rest(loop: asyncio.AbstractEventLoop) -> None:
+    """What is still running after serving stopped gets SHUTDOWN_GRACE_S to unwind."""
+    rest = _cancel_all(loop)
+    if rest:
+        loop.run_until_complete(asyncio.wait(rest, timeout=SHUTDOWN_GRACE_S))
 
 
 if __name__ == "__main__":

@@ -73,9 +73,12 @@ def page(run: Run, query: dict[str, str]) -> dict[str, Any]:
 
 def _int(query: dict[str, str], key: str, default: int) -> int:
     try:
-        return max(0, int(query.get(key, default)))
+        value = int(query.get(key, default))
     except ValueError:
-        raise BadQuery(f"{key}: expected a non-negative integer, got {query.get(key)!r}") from None
+        value = -1
+    if value < 0:  # refused, not clamped: the OpenAPI document says minimum 0
+        raise BadQuery(f"{key}: expected a non-negative integer, got {query.get(key)!r}")
+    return value
 
 
 class BadQuery(ValueError):

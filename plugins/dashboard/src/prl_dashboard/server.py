@@ -2,10 +2,11 @@
 
 Standard library only (``ThreadingHTTPServer``): the dashboard must start on any machine
 that has prl, including a CPU-only orchestrator node, and it serves one user. GET only;
-nothing here writes to a run. Routes (``docs/dashboard.md``)::
+nothing here writes to a run (any other method is a 405 with ``Allow``). Routes (``docs/dashboard.md``)::
 
     /                                   the single-page app (static/index.html)
     /static/<file>                      its script and style sheet
+    /api/openapi.json                   the OpenAPI document of these routes
     /api/runs                           every run under the output directories
     /api/runs/{run}                     one run's summary
     /api/runs/{run}/configs | config?name=
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from prl_dashboard import episodes, live, results, runs
+from prl_dashboard import episodes, live, openapi, results, runs
 from prl_dashboard.runs import NotFound, Run
 
 log = logging.getLogger("prl.dashboard")
@@ -85,10 +86,9 @@ def _offset(query: dict[str, str]) -> int:
 
 
 def _episode_line(tail: list[str]) -> int:
-    try:
-        return int(tail[0])
-    except ValueError:
-        raise NotFound(f"episode {tail[0]!r}") from None
+    if not tail[0].isascii() or not tail[0].isdigit():  # int() would take "-1", " 1", "1_0"
+        raise NotFound(f"episode {tail[0]!r}")
+    return int(tail[0])
 
 
 # (sub-resource, handler(run, query, rest-of-path)) for /api/runs/{run}/<sub>[/...]
@@ -110,10 +110,24 @@ TAILED = ("episodes", "live")  # the sub-resources that take one more path segme
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One request: an API answer as JSON, a static file, or a JSON error."""
+    """One request: an API answer as JSON, a static file, or a JSON error. GET and HEAD
+    only; any other method is a 405 naming them in ``Allow`` (RFC 9110 §15.5.6)."""
 
     catalog: Catalog  # set on the subclass made by make_server
     server_version = "prl-dashboard"
+
+    def do_HEAD(self) -> None:  # noqa: N802 (the http.server name)
+        self.do_GET()  # _send leaves the body out
+
+    def _not_allowed(self) -> None:
+        self._json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} not allowed: the dashboard is read-only"})
+
+    def __getattr__(self, name: str) -> Any:
+        # http.server answers a method without a do_<METHOD> with 501; any method but GET
+        # and HEAD (POST, DELETE, QUERY, ...) is one this read-only server knows and refuses.
+        if name.startswith("do_"):
+            return self._not_allowed
+        raise AttributeError(name)
 
     def do_GET(self) -> None:  # noqa: N802 (the http.server name)
         parts = urlsplit(self.path)
@@ -139,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
 
     def _api(self, segments: list[str], query: dict[str, str]) -> Any:
+        if segments == ["openapi.json"]:
+            return openapi.DOCUMENT
         if segments == ["runs"]:
             return [runs.summary(r) for r in self.catalog.all().values()]
         if len(segments) >= 2 and segments[0] == "runs":
@@ -171,8 +187,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            self.send_header("Allow", "GET, HEAD")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the http.server name)
         log.debug("dashboard: " + format, *args)

@@ -2,7 +2,8 @@
 
 ``Backend(cfg).serve()`` binds ``cfg.server.host:port`` first (port 0 takes a free port, so
 nothing can steal it while the model loads), loads the model and tokenizer, starts the
-engine thread and serves until SIGINT/SIGTERM. Once it accepts connections it prints
+engine thread and serves until SIGINT/SIGTERM, after which it exits within a few seconds
+whatever is in flight (see :data:`prl.serving.SHUTDOWN_GRACE_S`). Once it accepts connections it prints
 ``listening on http://host:port`` and, when ``backend.ready_file`` (or ``$PRL_READY_FILE``)
 names a file, writes that base URL there (atomically, so a reader never sees half of it).
 """
@@ -18,7 +19,7 @@ from pydantic import Field
 
 from prl.contracts import InferenceBackend, InferenceBackendConfig
 from prl.logs import setup_logging
-from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
+from prl.serving import SHUTDOWN_GRACE_S, admin_api_key, announce, bind, ready_file, serve_main
 
 log = logging.getLogger("prl_inference_torch")
 
@@ -83,8 +84,16 @@ def _run_uvicorn(state, sock: socket.socket, cfg) -> None:
             await super().startup(sockets=sockets)
             announce(sock, ready)
 
+        async def shutdown(self, sockets=None) -> None:
+            state.stopping = True  # admin waits answer 503 now instead of holding the exit
+            await super().shutdown(sockets=sockets)
+
     config = uvicorn.Config(
-        build_app(state), log_level=cfg.log.level, access_log=cfg.log.level == "debug", timeout_keep_alive=30
+        build_app(state),
+        log_level=cfg.log.level,
+        access_log=cfg.log.level == "debug",
+        timeout_keep_alive=30,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     Server(config).run(sockets=[sock])
 

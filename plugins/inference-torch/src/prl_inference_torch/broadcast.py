@@ -2,7 +2,8 @@
 
 ``POST /init_broadcaster`` starts joining the trainer's broadcast group in the background
 and answers at once: the trainer forms the group only when it publishes its first version.
-``POST /update_weights {"weight_dir": null}`` then waits for the join and receives one
+``POST /update_weights {"weight_dir": null}`` then waits for the join (at most
+``server.admin_timeout``: 504 past it, the join going on) and receives one
 version on the engine thread, between decoding steps (the orchestrator has paused the
 engine), copying each bucket straight into the served parameters. A manifest that does
 not fit the served model is refused before any parameter changes, and the broadcast is
@@ -11,7 +12,6 @@ still drained so the trainer is not left hanging.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import torch
@@ -35,11 +35,14 @@ def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
     # One engine, one worker: this server is rank rank_offset of 1 + inference_world_size.
     joiner.start(body.host, body.port, body.rank_offset, 1 + body.inference_world_size, body.timeout, body.backend)
     state.broadcast = joiner
+    state.broadcast_at = f"{body.host}:{body.port}"
     return {"status": "joining", "rank": body.rank_offset, "world_size": 1 + body.inference_world_size}
 
 
 async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
     from prl_weights_nccl.group import BroadcastError
+
+    from prl_inference_torch.admin import engine_call, wait_until
 
     if state.broadcast is None:
         raise ApiError(
@@ -47,10 +50,12 @@ async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
             "(POST /init_broadcaster first; the nccl transport does)"
         )
     async with state.weights_lock:
+        joiner = state.broadcast
+        await wait_until(state, joiner.done, f"the trainer at {state.broadcast_at} to form the weight-broadcast group")
         try:
-            group = await asyncio.to_thread(state.broadcast.group)
-        except BroadcastError as exc:
-            raise ApiError(str(exc), 500, "InternalServerError") from None
+            group = joiner.group(0)
+        except BroadcastError as exc:  # the trainer could not be reached or refused us
+            raise ApiError(str(exc), 502, "BadGatewayError") from None
         model = state.engine.model
         params = model.state_dict(keep_vars=True)
 
@@ -69,7 +74,7 @@ async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
             return state.engine.version
 
         try:
-            served = await asyncio.wrap_future(state.engine.call(swap, drain=True))
+            served = await engine_call(state, swap, "the engine to start receiving the broadcast", drain=True)
         except BroadcastError as exc:
             raise ApiError(str(exc), 500, "InternalServerError") from None
     return {"status": "ok", "version": served, "weight_dir": None}

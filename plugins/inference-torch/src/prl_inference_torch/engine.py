@@ -162,7 +162,9 @@ class Engine:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._thread.join(timeout=10)
+        # The thread is a daemon: a step stuck on a peer (a broadcast whose sender died) must
+        # not hold the process past a SIGTERM, so wait only briefly.
+        self._thread.join(timeout=3)
 
     def submit(self, request: Request) -> None:
         with self._cond:
@@ -232,6 +234,8 @@ class Engine:
         return ready
 
     def _run_admin(self, item: _Admin) -> None:
+        if not item.future.set_running_or_notify_cancel():
+            return  # its caller gave up waiting (server.admin_timeout) before it started
         try:
             item.future.set_result(item.fn())
         except Exception as exc:

@@ -91,5 +91,6 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         api_key=api_key,
         chat_template=template,
         limits=cfg.server.limits,
+        admin_timeout=cfg.server.admin_timeout,
         mask_top_k=b.mask_top_k,
     )

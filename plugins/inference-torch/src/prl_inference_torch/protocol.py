@@ -8,9 +8,9 @@ values against the model's context.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from prl.contracts.http import ApiError, OpenModel, SamplingFields
 from prl_inference_torch.engine import GenParams
@@ -18,40 +18,113 @@ from prl_inference_torch.engine import GenParams
 MAX_TOP_LOGPROBS = 20
 
 
-class ChatRequest(SamplingFields):
+TokenId = Annotated[int, Field(ge=0)]  # below the vocabulary size too: see document_limits
+Text = Annotated[str, Field(min_length=1)]
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
+
+
+class ChatMessage(OpenModel):
+    # The roles chat templates render; a template may silently drop any other (the tiny
+    # model's does), leaving an empty prompt, so others are refused up front.
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class TorchSampling(SamplingFields):
+    prompt_logprobs: TopLogprobs | None = None
+
+
+class ChatRequest(TorchSampling):
+    # top_logprobs above 0 needs logprobs: true (the route refuses it otherwise)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
+                {"properties": {"top_logprobs": {"anyOf": [{"type": "null"}, {"const": 0}]}}},
+            ]
+        }
+    )
+
     model: str | None = None
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    max_completion_tokens: int | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: TopLogprobs | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
-    continue_final_message: bool = False
+    continue_final_message: bool = Field(
+        default=False, description="continue the final message, which must then have text content"
+    )
     skip_special_tokens: bool = True
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(TorchSampling):
     model: str | None = None
-    prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = None
-    stream: bool = False
+    prompt: (
+        Text
+        | Annotated[list[Text], Field(min_length=1)]
+        | Annotated[list[TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
+    )
+    logprobs: TopLogprobs | None = None
+    stream: bool = Field(default=False, description="stream the answer (server-sent events); takes a single prompt")
     stream_options: dict[str, Any] | None = None
     echo: bool = False
     skip_special_tokens: bool = True
 
 
-class GenerateSampling(SamplingFields):
-    logprobs: int | None = None
+class GenerateSampling(TorchSampling):
+    logprobs: TopLogprobs | None = None
 
 
 class GenerateRequest(OpenModel):
-    token_ids: list[int] = Field(min_length=1)
+    token_ids: list[TokenId] = Field(min_length=1)
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     model: str | None = None
-    stream: bool = False
+    # Only false: documented as such, refused by the route with a pointer to /v1/completions.
+    stream: bool = Field(default=False, json_schema_extra={"enum": [False]})
+
+
+def document_limits(schema: dict[str, Any], state: Any) -> None:
+    """Write into the OpenAPI ``schema`` the bounds only the running server knows, so that a
+    request the document calls valid passes the server's checks: token ids below the
+    vocabulary size, prompts within ``max_prompt_tokens`` and the context, ``n`` and
+    ``max_tokens`` within ``server.limits``. (That prompt plus ``max_tokens`` fit the context
+    together is a relation between two fields that JSON Schema cannot state.)"""
+    limits = state.limits
+    longest = min(limits.max_prompt_tokens or state.max_model_len - 1, state.max_model_len - 1)
+    most_tokens = min(limits.max_tokens or state.max_model_len - 1, state.max_model_len - 1)
+
+    def visit(node: Any, key: str = "") -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item, key)
+            return
+        if not isinstance(node, dict):
+            return
+        kind, items = node.get("type"), node.get("items", {})
+        if kind == "integer" and key in ("token_ids", "prompt"):
+            node["maximum"] = state.vocab_size - 1
+        elif kind == "integer" and key in ("max_tokens", "max_completion_tokens"):
+            node["maximum"] = most_tokens
+        elif kind == "integer" and key == "n":
+            node["maximum"] = limits.max_n
+            node["description"] = f"completions per prompt; n x prompts <= {limits.max_n} (server.limits.max_n)"
+        elif kind == "array" and key in ("token_ids", "prompt"):
+            # a list of token ids is one prompt; a list of prompts is n x prompts completions
+            node["maxItems"] = longest if items.get("type") == "integer" else limits.max_n
+        for name, child in node.items():
+            if name == "properties":
+                for prop, sub in child.items():
+                    visit(sub, prop)
+            elif name in ("items", "anyOf", "oneOf"):
+                visit(child, key)
+
+    for model in schema.get("components", {}).get("schemas", {}).values():
+        visit(model)
 
 
 def gen_params(

@@ -24,14 +24,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from prl.config.components import ServerLimitsConfig
-from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
+from prl.contracts.http import ApiError
+from prl.serving import error_responses, openapi_as_served
 from prl.serving_limits import (
     BodyLimit,
     TokenBudget,
@@ -41,11 +42,18 @@ from prl.serving_limits import (
     request_tokens,
 )
 from prl_inference_torch import openai as fmt
-from prl_inference_torch.broadcast import receive_broadcast, start_join
+from prl_inference_torch.admin import admin_routes
 from prl_inference_torch.engine import Engine
 from prl_inference_torch.engine import Request as EngineRequest
-from prl_inference_torch.protocol import ChatRequest, CompletionRequest, GenerateRequest, check_token_ids, gen_params
-from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, read_lora, read_weights
+from prl_inference_torch.protocol import (
+    ChatRequest,
+    CompletionRequest,
+    GenerateRequest,
+    check_token_ids,
+    document_limits,
+    gen_params,
+)
+from prl_inference_torch.weights import LoraSet
 
 log = logging.getLogger("prl_inference_torch")
 
@@ -63,6 +71,9 @@ class ServerState:
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     lora_paths: dict[str, str] = field(default_factory=dict)
     broadcast: Any = None  # prl_weights_nccl.group.BackgroundJoin once /init_broadcaster ran
+    broadcast_at: str = ""  # the trainer's host:port it joins
+    admin_timeout: float = 600.0  # server.admin_timeout
+    stopping: bool = False  # set once SIGTERM/SIGINT starts the shutdown: admin waits give up
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
     mask_top_k: int | None = None  # top_k injected into generate requests with top_p alone
@@ -89,11 +100,15 @@ def build_app(state: ServerState) -> FastAPI:
     app.state.prl = state
     app.add_middleware(BodyLimit, max_bytes=state.limits.max_body_bytes)
     _errors(app)
+    _info_routes(app, state)
+    _token_route(app, state)
+    _openai_routes(app, state)
+    admin_routes(app, state)
+    openapi_as_served(app, lambda schema: document_limits(schema, state))
+    return app
 
-    def admin(request: Request) -> None:
-        if state.api_key and request.headers.get("authorization") != f"Bearer {state.api_key}":
-            raise ApiError("admin route needs 'Authorization: Bearer <server.api_key>'", 401, "AuthenticationError")
 
+def _info_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "version": state.engine.version, "paused": state.engine.paused}
@@ -109,32 +124,25 @@ def build_app(state: ServerState) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         now = int(time.time())
+        served = [
+            (state.model_name, state.model_name, None),
+            *((n, p, state.model_name) for n, p in state.lora_paths.items()),
+        ]
         data = [
             {
-                "id": state.model_name,
+                "id": name,
                 "object": "model",
                 "created": now,
                 "owned_by": "prl",
-                "root": state.model_name,
-                "parent": None,
+                "root": root,
+                "parent": parent,
                 "max_model_len": state.max_model_len,
             }
-        ]
-        data += [
-            {
-                "id": n,
-                "object": "model",
-                "created": now,
-                "owned_by": "prl",
-                "root": p,
-                "parent": state.model_name,
-                "max_model_len": state.max_model_len,
-            }
-            for n, p in state.lora_paths.items()
+            for name, root, parent in served
         ]
         return {"object": "list", "data": data}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         e = state.engine
         lines = [
@@ -149,7 +157,15 @@ def build_app(state: ServerState) -> FastAPI:
         ]
         return PlainTextResponse("\n".join(lines) + "\n")
 
-    @app.post("/inference/v1/generate")
+
+# What a generating route answers besides 200: bad input, an unknown model, a body over
+# the limit, an engine failure, a full wait queue.
+GENERATION_ERRORS = error_responses(400, 404, 413, 500, 503)
+STREAM = {200: {"content": {"text/event-stream": {}}, "description": "JSON, or server-sent events with stream: true"}}
+
+
+def _token_route(app: FastAPI, state: ServerState) -> None:
+    @app.post("/inference/v1/generate", responses=GENERATION_ERRORS)
     async def generate(body: GenerateRequest, request: Request) -> Any:
         if body.stream:
             raise ApiError("streaming is not supported on /inference/v1/generate; use /v1/completions")
@@ -172,7 +188,9 @@ def build_app(state: ServerState) -> FastAPI:
             await _run_request(state, req, request)
         return fmt.generate_body(req, f"gen-{uuid.uuid4().hex}", body.model or state.model_name)
 
-    @app.post("/v1/completions")
+
+def _openai_routes(app: FastAPI, state: ServerState) -> None:
+    @app.post("/v1/completions", responses={**GENERATION_ERRORS, **STREAM})
     async def completions(body: CompletionRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
         check_request(state.limits, n=body.n, prompt_lens=_prompt_count(body.prompt) * [0], max_tokens=body.max_tokens)
@@ -192,15 +210,10 @@ def build_app(state: ServerState) -> FastAPI:
                 await _run_request(state, r, request)
         return _completion_body(state, body, reqs)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses={**GENERATION_ERRORS, **STREAM})
     async def chat(body: ChatRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
-        want, field_name = (
-            (body.max_completion_tokens, "max_completion_tokens")
-            if body.max_completion_tokens is not None
-            else (body.max_tokens, "max_tokens")
-        )
-        check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=want, field=field_name)
+        want, field_name = _chat_max_tokens(state, body)
         ids = await asyncio.to_thread(_chat_prompt, state, body)
         check_request(state.limits, n=body.n, prompt_lens=[len(ids)], max_tokens=want, field=field_name)
         top = (body.top_logprobs or 0) if body.logprobs else None
@@ -215,54 +228,19 @@ def build_app(state: ServerState) -> FastAPI:
             await _run_request(state, req, request)
         return _chat_body(state, body, req)
 
-    @app.post("/pause", dependencies=[Depends(admin)])
-    async def pause() -> dict[str, str]:
-        state.engine.set_paused(True)
-        return {"status": "paused"}
 
-    @app.post("/resume", dependencies=[Depends(admin)])
-    async def resume() -> dict[str, str]:
-        state.engine.set_paused(False)
-        return {"status": "resumed"}
-
-    @app.post("/update_weights", dependencies=[Depends(admin)])
-    async def update_weights(body: UpdateWeightsRequest) -> dict[str, Any]:
-        if body.weight_dir is None:
-            return await receive_broadcast(state, body.version)
-        async with state.weights_lock:
-            model = state.engine.model
-            try:
-                tensors = await asyncio.to_thread(read_weights, body.weight_dir, model)
-            except WeightError as exc:
-                raise ApiError(str(exc)) from exc
-            version = body.version if body.version is not None else state.engine.version + 1
-
-            def swap() -> int:
-                apply_weights(model, tensors)
-                state.engine.version = version
-                return version
-
-            await asyncio.wrap_future(state.engine.call(swap, drain=True))
-        return {"status": "ok", "version": version, "weight_dir": body.weight_dir}
-
-    @app.post("/load_lora_adapter", dependencies=[Depends(admin)])
-    async def load_lora_adapter(body: LoraRequest) -> dict[str, Any]:
-        if body.lora_name == state.model_name:
-            raise ApiError(f"lora_name '{body.lora_name}' is the base model's name")
-        try:
-            weights = await asyncio.to_thread(read_lora, body.lora_path, state.engine.model)
-        except WeightError as exc:
-            raise ApiError(str(exc)) from exc
-        await asyncio.wrap_future(state.engine.call(lambda: state.lora.load(body.lora_name, weights)))
-        state.lora_paths[body.lora_name] = body.lora_path
-        log.info("serving LoRA adapter '%s' from %s", body.lora_name, body.lora_path)
-        return {"status": "ok", "lora_name": body.lora_name}
-
-    @app.post("/init_broadcaster", dependencies=[Depends(admin)])
-    async def init_broadcaster(body: InitBroadcasterRequest) -> dict[str, Any]:
-        return start_join(state, body)
-
-    return app
+def _chat_max_tokens(state: ServerState, body: ChatRequest) -> tuple[int | None, str]:
+    """The output length a chat request asks for, and the field it came from
+    (``max_completion_tokens`` wins); both fields are bounded as the OpenAPI document says,
+    the unused one too. Checked before the prompt is rendered."""
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(body, name)
+        check_request(state.limits, n=body.n, prompt_lens=[0], max_tokens=value, field=name)
+        if value is not None and value >= state.max_model_len:
+            raise ApiError(f"{name} ({value}) leaves no room for a prompt (max_model_len {state.max_model_len})")
+    if body.max_completion_tokens is not None:
+        return body.max_completion_tokens, "max_completion_tokens"
+    return body.max_tokens, "max_tokens"
 
 
 def _errors(app: FastAPI) -> None:
@@ -280,14 +258,17 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(ApiError(str(exc.detail), exc.status_code, "HTTPError").body(), status_code=exc.status_code)
+        # exc.headers carries the Allow header of a 405 (RFC 9110 §15.5.6)
+        body = ApiError(str(exc.detail), exc.status_code, "HTTPError").body()
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 def _chat_prompt(state: ServerState, body: ChatRequest) -> list[int]:
     kwargs = dict(body.chat_template_kwargs or {})
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     try:
         text = state.tokenizer.apply_chat_template(
-            body.messages,
+            messages,
             tools=body.tools,
             tokenize=False,
             chat_template=state.chat_template,

@@ -22,7 +22,7 @@ from typing import Any
 
 from prl.contracts import InferenceBackend
 from prl.logs import setup_logging
-from prl.serving import admin_api_key, announce, bind, ready_file, serve_main
+from prl.serving import SHUTDOWN_GRACE_S, admin_api_key, announce, bind, ready_file, serve_main
 from prl_inference_vllm.config import VllmInferenceConfig, lora_enabled, vllm_argv
 
 log = logging.getLogger("prl_inference_vllm")
@@ -104,6 +104,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
             api_key=api_key,
             lora_enabled=lora_enabled(cfg),
             limits=cfg.server.limits,
+            admin_timeout=cfg.server.admin_timeout,
         )
         install(app, state)
         await engine.update_weight_version("0")
@@ -116,6 +117,7 @@ async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) 
             log_level=args.uvicorn_log_level,
             access_log=cfg.log.level == "debug",
             timeout_keep_alive=30,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # requests in flight do not hold a SIGTERM
         )
         ready.cancel()
     await shutdown

@@ -8,7 +8,8 @@ and pause state), ``/liveness``, ``/is_paused``, token-in/token-out
 ``/inference/v1/generate`` and the admin routes ``/update_weights``,
 ``/load_lora_adapter``, ``/pause``, ``/resume`` and ``/init_broadcaster`` (the nccl weight
 transport: every worker joins the trainer's broadcast group in the background, and
-``/update_weights {"weight_dir": null}`` then receives a version in-band,
+``/update_weights {"weight_dir": null}`` then waits, at most ``server.admin_timeout`` (504
+past it), for every worker to have joined, and receives a version in-band,
 ``collective_rpc("prl_receive_weights")``).
 Admin routes need ``Authorization: Bearer <api_key>`` whenever a key is set, and the
 backend refuses to bind a non-loopback address without one.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +45,14 @@ from pydantic import BaseModel, ValidationError
 
 from prl.config.components import ServerLimitsConfig
 from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
+from prl.serving import error_responses
 from prl.serving_limits import BodyLimit, TokenBudget, busy_headers, check_request, default_max_tokens
 from prl_inference_vllm.generate import GenerateRequest, generate_body, new_request_id, sampling_params
 from prl_inference_vllm.limits import check_openai_body, limit_engine
 from prl_inference_vllm.weights import WeightError, check_lora_dir, check_weight_dir
 
 log = logging.getLogger("prl_inference_vllm")
+JOIN_POLL_S = 0.5
 
 
 @dataclass
@@ -65,6 +69,8 @@ class PrlState:
     version: int = 0
     paused: bool = False
     broadcasting: bool = False  # the workers joined a weight-broadcast group (nccl transport)
+    broadcast_at: str = ""  # the trainer's host:port
+    admin_timeout: float = 600.0  # server.admin_timeout
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
@@ -183,30 +189,30 @@ def _admin_routes(router: APIRouter, state: PrlState) -> None:
     admin = _admin(state)
     engine = state.engine
 
-    @router.post("/pause", dependencies=[admin])
+    @router.post("/pause", dependencies=[admin], responses=error_responses(401))
     async def pause() -> dict[str, str]:
         # "keep": in-flight requests stay scheduled-but-frozen, KV cache untouched.
         await engine.pause_generation(mode="keep", clear_cache=False)
         state.paused = True
         return {"status": "paused"}
 
-    @router.post("/resume", dependencies=[admin])
+    @router.post("/resume", dependencies=[admin], responses=error_responses(401))
     async def resume() -> dict[str, str]:
         await engine.resume_generation()
         state.paused = False
         return {"status": "resumed"}
 
-    @router.post("/update_weights", dependencies=[admin])
+    @router.post("/update_weights", dependencies=[admin], responses=error_responses(400, 401, 413, 500, 504))
     async def update_weights(request: Request) -> dict[str, Any]:
         body = await _body(request, UpdateWeightsRequest)
         return await _update_weights(state, body)
 
-    @router.post("/load_lora_adapter", dependencies=[admin])
+    @router.post("/load_lora_adapter", dependencies=[admin], responses=error_responses(400, 401, 413))
     async def load_lora_adapter(request: Request) -> dict[str, Any]:
         body = await _body(request, LoraRequest)
         return await _load_lora(state, request.app, body)
 
-    @router.post("/init_broadcaster", dependencies=[admin])
+    @router.post("/init_broadcaster", dependencies=[admin], responses=error_responses(400, 401, 413, 500))
     async def init_broadcaster(request: Request) -> dict[str, Any]:
         body = await _body(request, InitBroadcasterRequest)
         kwargs = {
@@ -222,6 +228,7 @@ def _admin_routes(router: APIRouter, state: PrlState) -> None:
         except Exception as exc:  # noqa: BLE001 - reported to the caller in one line
             raise ApiError(f"joining the weight-broadcast group failed: {exc}", 500, "InternalServerError") from None
         state.broadcasting = True
+        state.broadcast_at = f"{body.host}:{body.port}"
         return {"status": "joining", "rank_offset": body.rank_offset}
 
 
@@ -296,6 +303,7 @@ async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[s
                 "weight_dir is null, but this server has not joined a weight-broadcast group "
                 "(POST /init_broadcaster first; the nccl transport does)"
             )
+        await _wait_joined(state)
         await _swap_weights(state, body.version, "prl_receive_weights", {}, "the weight broadcast")
         return {"status": "ok", "version": state.version, "weight_dir": None}
     try:
@@ -305,6 +313,21 @@ async def _update_weights(state: PrlState, body: UpdateWeightsRequest) -> dict[s
     kwargs = {"weights_path": str(path.resolve())}
     await _swap_weights(state, body.version, "prl_reload_weights", kwargs, f"'{body.weight_dir}'")
     return {"status": "ok", "version": state.version, "weight_dir": body.weight_dir}
+
+
+async def _wait_joined(state: PrlState) -> None:
+    """Poll every worker until it has joined the broadcast group (or failed to: the receive
+    then reports why); 504 after ``server.admin_timeout``."""
+    deadline = time.monotonic() + state.admin_timeout
+    while not all(await state.engine.collective_rpc("prl_broadcast_joined")):
+        if time.monotonic() >= deadline:
+            raise ApiError(
+                f"gave up after {state.admin_timeout:g} s (server.admin_timeout) waiting for the trainer at "
+                f"{state.broadcast_at} to form the weight-broadcast group",
+                504,
+                "TimeoutError",
+            )
+        await asyncio.sleep(JOIN_POLL_S)
 
 
 async def _swap_weights(state: PrlState, version: int | None, rpc: str, kwargs: dict[str, Any], source: str) -> None:

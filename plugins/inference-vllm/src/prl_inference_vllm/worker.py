@@ -40,6 +40,13 @@ class PrlWorkerExtension:
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._prl_join.start(host, port, rank, world_size, timeout, backend)
 
+    def prl_broadcast_joined(self) -> bool:
+        """Whether the join has finished (joined or failed). The server polls this before
+        ``prl_receive_weights``, which would otherwise block this worker until the trainer
+        forms the group, past any HTTP timeout."""
+        join = getattr(self, "_prl_join", None)
+        return join is not None and join.done()
+
     def prl_receive_weights(self) -> int:
         """Receive one version from the group and load it in place. The whole broadcast is
         taken before loading, so a load error never leaves the trainer mid-send."""

@@ -247,6 +247,11 @@ class BackgroundJoin:
         self._thread = threading.Thread(target=run, name="prl-broadcast-join", daemon=True)
         self._thread.start()
 
+    def done(self) -> bool:
+        """Whether the join has finished (joined or failed): a server polls this instead of
+        blocking a thread in :meth:`group`, so its wait can time out and stop on shutdown."""
+        return self._thread is not None and not self._thread.is_alive()
+
     def group(self, timeout: float | None = None) -> BroadcastGroup:
         if self._thread is None:
             raise BroadcastError(
