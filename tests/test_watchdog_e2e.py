@@ -32,7 +32,7 @@ from prl import procinfo  # noqa: E402
 from prl.orchestrator.watchdog import CODES  # noqa: E402
 from prl.testing.configs import tiny_rl_toml  # noqa: E402
 
-STEPS = 14
+STEPS = 40  # room after the third stall: "resumed" is said on a watchdog tick, steps later
 WAIT_S = 240
 
 
