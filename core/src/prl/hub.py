@@ -262,8 +262,6 @@ class _hub_errors:
         message = _explain(self.need, exc)
         if message is None:
             return False
-        if isinstance(message, _Unreachable):
-            raise message from None
         raise message from None
 
 
@@ -317,10 +315,6 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
     while exc is not None:
         yield exc
         exc = exc.__cause__ or exc.__context__
-
-
-def not_cached_error(need: Need, why: str) -> ConfigError:
-    return ConfigError(_not_cached(need, why))
 
 
 def _not_cached(need: Need, why: str) -> str:

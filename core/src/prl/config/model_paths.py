@@ -5,24 +5,7 @@ serve the model they will be given. Checked at resolve time, before any process 
 from __future__ import annotations
 
 from prl.config.errors import ConfigError
-from prl.hub import Need, hf_hub_cache, is_local
-
-__all__ = ["Need", "hf_hub_cache", "in_hf_cache", "model_available", "needs_of", "check_renderers"]
-
-
-def in_hf_cache(name: str) -> bool:
-    """True when a complete snapshot of hub model ``name`` is cached (no network request)."""
-    from prl.hub import cached_snapshot
-
-    return not is_local(name) and cached_snapshot(Need("", "model", name)) is not None
-
-
-def model_available(name: str) -> bool:
-    """A local path that exists, or a hub id already cached."""
-    from pathlib import Path
-
-    return Path(name).expanduser().exists() if is_local(name) else in_hf_cache(name)
-
+from prl.hub import Need, is_local, local_dir
 
 # Root configs whose own model section is only tokenized (a served model), never loaded.
 _TOKENIZER_ONLY_ROOTS = {"EvalConfig", "OrchestratorConfig"}
@@ -67,7 +50,7 @@ def check_renderers(cfg: object) -> None:
         model = tokenizer or getattr(getattr(comp, "model", None), "name", None)
         if not isinstance(model, str):
             continue
-        if not is_local(model) and not in_hf_cache(model):
+        if not is_local(model) and local_dir(model) is None:
             continue  # a hub id a dry run did not fetch: checked at launch, once its files are here
         try:
             check(model)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -225,16 +224,16 @@ def _offline_problem(name: str) -> str | None:
     """Why ``name`` cannot be loaded without a download, or None when it can be tried: a
     path must be an existing directory (a relative one is resolved from the dashboard's
     own directory, where it rarely exists), a hub id must be in the local cache."""
-    if name.startswith(("/", ".", "~")) or Path(name).exists():
+    from prl import hub
+
+    if hub.is_local(name):
         path = Path(name).expanduser()
         if path.is_dir():
             return None
         where = "" if path.is_absolute() else f" (relative to the dashboard's directory {Path.cwd()})"
         return f"no model directory {name}{where}"
-    cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub")
-    entry = cache.expanduser() / ("models--" + name.replace("/", "--"))
-    if not entry.is_dir():
-        return f"not a local directory and not in the local Hugging Face cache {cache.expanduser()}"
+    if hub.local_dir(name) is None:
+        return f"not a local directory and not in the local Hugging Face cache {hub.hf_hub_cache()}"
     return None
 
 

@@ -50,7 +50,7 @@ def _local_dirs(path: str) -> list[str]:
     (read in place: nothing is downloaded)."""
     if Path(path).expanduser().is_dir() or path.count("/") > 1 or path.startswith(("/", ".")):
         return [path]
-    from prl.config.model_paths import hf_hub_cache
+    from prl.hub import hf_hub_cache
 
     snapshots = hf_hub_cache() / ("models--" + path.replace("/", "--")) / "snapshots"
     try:
