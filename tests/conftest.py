@@ -26,3 +26,21 @@ def hub(local_hub, hub_repos):
     local_hub.add_model(HUB_MODEL, hub_repos[0])
     local_hub.add_dataset(HUB_DATA, hub_repos[1])
     return local_hub
+
+
+@pytest.fixture(scope="session")
+def reverse_text_sft():
+    """Writes ``n`` SFT rows (prompt and answer) made from the reverse-text taskset's train
+    split to a jsonl file and returns its path: SFT data on the RL task itself."""
+    pytest.importorskip("prl_tasks_builtin")
+
+    def write(path: Path, n: int) -> Path:
+        import json
+
+        from prl_tasks_builtin.reverse_text import ReverseText
+
+        tasks = list(ReverseText(ReverseText.Config()).tasks("train"))[:n]
+        path.write_text("".join(json.dumps({"prompt": t.prompt, "completion": t.data["answer"]}) + "\n" for t in tasks))
+        return path
+
+    return write

@@ -19,16 +19,11 @@ pytest.importorskip("prl_tasks_builtin")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, reverse_text_sft):
     from prl_model_init.build import make_model
-    from prl_tasks_builtin.reverse_text import ReverseText
 
     base = tmp_path_factory.mktemp("sft-summary")
-    model = make_model(base / "model", preset="tiny")
-    tasks = list(ReverseText(ReverseText.Config()).tasks("train"))[:64]
-    data = base / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": t.prompt, "completion": t.data["answer"]}) + "\n" for t in tasks))
-    return model, data
+    return make_model(base / "model", preset="tiny"), reverse_text_sft(base / "train.jsonl", 64)
 
 
 def _sft(tmp_path, tiny, *flags: str) -> subprocess.CompletedProcess:

@@ -36,17 +36,12 @@ env.taskset.id = "reverse-text"
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, reverse_text_sft):
     """A tiny model and SFT rows made from the reverse-text taskset's train split."""
     from prl_model_init.build import make_model
-    from prl_tasks_builtin.reverse_text import ReverseText
 
     base = tmp_path_factory.mktemp("sft-eval")
-    model = make_model(base / "model", preset="tiny")
-    tasks = list(ReverseText(ReverseText.Config()).tasks("train"))[:200]
-    data = base / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": t.prompt, "completion": t.data["answer"]}) + "\n" for t in tasks))
-    return model, data
+    return make_model(base / "model", preset="tiny"), reverse_text_sft(base / "train.jsonl", 200)
 
 
 def _toml(tmp_path, model, data, extra: str = EVAL) -> str:
