@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import subprocess
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,11 @@ def stopped(tmp_path, monkeypatch):
     """A real process in state T, listed as the trainer with a log of its own."""
     proc = subprocess.Popen(["sleep", "60"])
     proc.send_signal(signal.SIGSTOP)
+    # The kernel marks the process T only once it runs to take the signal; a loaded machine
+    # can leave it "running" for a while, so wait for the state the tests are about.
+    deadline = time.monotonic() + 30
+    while procinfo.state(proc.pid) != "T" and time.monotonic() < deadline:
+        time.sleep(0.01)
     log_file = tmp_path / "trainer.log"
     log_file.write_text("step 3 loss 0.1\n\n")
     monkeypatch.setenv("PRL_ATTEMPT_LOG_DIR", str(tmp_path))
