@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from prl.contracts.http import ApiError, InitBroadcasterRequest
+from prl_inference_torch.waits import engine_call, wait_until
 from prl_inference_torch.weights import architecture_mismatch
 
 
@@ -41,8 +42,6 @@ def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
 
 async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
     from prl_weights_nccl.group import BroadcastError
-
-    from prl_inference_torch.admin import engine_call, wait_until
 
     if state.broadcast is None:
         raise ApiError(

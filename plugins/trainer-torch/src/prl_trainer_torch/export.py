@@ -17,7 +17,6 @@ each hold 1/N of the model, for checkpoints too large for one process
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -26,42 +25,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from prl.config.errors import ConfigError
 from prl_trainer_torch.checkpoint import ADAPTER_CONFIG, single_process_quiet
+from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, model_source
 from prl_trainer_torch.lora import apply_lora, is_adapter_key
 from prl_trainer_torch.lora import merge_lora as merge_lora_into
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-    "added_tokens.json",
-    "generation_config.json",
-)
-
-
-def model_source(step_dir: Path) -> tuple[str, str]:
-    """(model name or directory, tokenizer name or directory) the checkpoint was trained from."""
-    run_dir = step_dir.parent.parent
-    for name in ("sft.json", "trainer.json"):
-        path = run_dir / "configs" / "latest" / "resolved" / name
-        if path.exists():
-            cfg = json.loads(path.read_text())
-            model = cfg["model"]["name"]
-            return model, (cfg.get("tokenizer") or {}).get("name") or model
-    side = step_dir / "trainer" / "model.json"
-    if side.exists():
-        cfg = json.loads(side.read_text())
-        return cfg["model"], cfg.get("tokenizer") or cfg["model"]
-    raise FileNotFoundError(f"export: no resolved config under {run_dir}/configs/latest/resolved and no {side}")
-
-
-def check_checkpoint(step_dir: Path) -> None:
-    if not (Path(step_dir) / "trainer" / ".metadata").exists():
-        raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
 
 
 def export_checkpoint(
@@ -139,30 +105,3 @@ def _export_under_torchrun(step_dir: Path, out: Path, dtype: str, num_workers: i
     if code != 0:
         raise RuntimeError(f"export: the {num_workers} export ranks failed (exit code {code}); see their output above")
     return out
-
-
-def write_side_files(config, model_name: str, tokenizer: str, out: Path, dtype: torch.dtype) -> None:
-    """What ``save_pretrained`` writes besides the weights: config (in the export dtype),
-    generation config when the source has one, and the tokenizer."""
-    from transformers import GenerationConfig
-
-    config.use_cache = True
-    config.torch_dtype = dtype
-    config.save_pretrained(out)
-    try:
-        GenerationConfig.from_pretrained(model_name).save_pretrained(out)
-    except OSError:
-        pass  # the source has no generation_config.json
-    copy_tokenizer(tokenizer, out)
-
-
-def copy_tokenizer(tokenizer: str, out: Path) -> None:
-    src = Path(tokenizer)
-    if src.is_dir():
-        for name in TOKENIZER_FILES:
-            if (src / name).exists() and not (out / name).exists():
-                shutil.copy2(src / name, out / name)
-    else:
-        from transformers import AutoTokenizer
-
-        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)

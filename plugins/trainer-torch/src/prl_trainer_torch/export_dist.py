@@ -63,22 +63,13 @@ def _sharded_model(model_name: str, dist) -> torch.nn.Module:
     return hf
 
 
-def export_tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """What ``save_pretrained`` writes: parameters once each (a tied output matrix is the
-    input embedding) and persistent buffers."""
-    params = dict(hf.named_parameters())  # duplicates (tied weights) removed
-    every_param = {n for n, _ in hf.named_parameters(remove_duplicate=False)}
-    state = hf.state_dict()
-    return [(n, t) for n, t in state.items() if n in params or n not in every_param]
-
-
 def export_rank(step_dir: Path, out: Path, dtype: str) -> Path:
     """This rank's part of the export (see the module docstring)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
     from torch.distributed.tensor import DTensor
 
-    from prl_trainer_torch.export import check_checkpoint, model_source
+    from prl_trainer_torch.export_files import check_checkpoint, export_tensors, model_source
     from prl_trainer_torch.model import init_distributed
 
     check_checkpoint(step_dir)
@@ -130,7 +121,7 @@ def _write_rank_files(mine: dict, hf: torch.nn.Module, out: Path, dtype: str, di
 def _write_side(config, model_name: str, tokenizer: str, out: Path, dtype: str, world: int) -> None:
     """Rank 0, once every rank's file is on disk: the index (read from the files' headers),
     config, generation config and tokenizer; for fp8 also ``quantization_config``."""
-    from prl_trainer_torch.export import write_side_files
+    from prl_trainer_torch.export_files import write_side_files
     from prl_trainer_torch.fp8_convert import finish_fp8_export, shard_names, write_index
 
     kept = write_index(out, shard_names(world))

@@ -23,6 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from prl.config.errors import ConfigError
+from prl_trainer_torch.export_files import export_tensors, write_side_files
 from prl_trainer_torch.fp8 import BLOCK, SCALE_SUFFIX, dequantize_block, quantization_config, quantize_state
 
 INDEX = "model.safetensors.index.json"
@@ -119,8 +120,6 @@ def write_index(out: Path, files: list[str]) -> list[str]:
 
 def finish_fp8_export(config, model_name: str, tokenizer: str, out: Path, kept: list[str]) -> None:
     """Side files of a DCP -> FP8 export: those of the bf16 export, plus quantization_config."""
-    from prl_trainer_torch.export import write_side_files
-
     write_side_files(config, model_name, tokenizer, out, torch.bfloat16)
     write_config(json.loads((out / "config.json").read_text()), out, quantization_config(kept))
 
@@ -128,8 +127,6 @@ def finish_fp8_export(config, model_name: str, tokenizer: str, out: Path, kept: 
 def save_fp8_model(hf: torch.nn.Module, model_name: str, tokenizer: str, out: Path) -> Path:
     """One-process ``prl export --dtype fp8``: quantize the loaded model's tensors and write them."""
     from transformers.core_model_loading import revert_weight_conversion
-
-    from prl_trainer_torch.export_dist import export_tensors
 
     # the names and per-expert MoE layout save_pretrained writes (and releases use)
     state = revert_weight_conversion(hf, {n: t.detach().cpu() for n, t in export_tensors(hf)})

@@ -64,7 +64,7 @@ class SampleSource:
         if self.rows is None:
             yield from self._fake(epoch)
         elif workers > 1:
-            yield from parallel_samples(self.args, epoch, workers)
+            yield from parallel_samples(type(self), self.args, epoch, workers)
         else:
             yield from (s for _, s in self.epoch_positions(epoch) if s is not None)
 

@@ -63,10 +63,9 @@ def ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
         thread.join(timeout=10)
 
 
-def _render_shard(source_args: tuple, epoch: int, worker: int, workers: int, out, stop) -> None:
+def _render_shard(make_source: Callable, source_args: tuple, epoch: int, worker: int, workers: int, out, stop) -> None:
     """Worker process: render this shard's positions of the epoch order, in order, until
     done or told to stop (a clean exit, so no queue is left half-written)."""
-    from prl_trainer_torch.loader import SampleSource
 
     def send(message) -> bool:
         while not stop.is_set():
@@ -78,7 +77,7 @@ def _render_shard(source_args: tuple, epoch: int, worker: int, workers: int, out
         return False
 
     try:
-        source = SampleSource(*source_args)
+        source = make_source(*source_args)
         for position, sample in source.epoch_positions(epoch, worker, workers):
             if not send(("item", (position, sample))):
                 return
@@ -87,16 +86,20 @@ def _render_shard(source_args: tuple, epoch: int, worker: int, workers: int, out
         send(("error", str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"))
 
 
-def parallel_samples(source_args: tuple, epoch: int, workers: int, depth: int = 512) -> Iterator[Any]:
+def parallel_samples(
+    make_source: Callable, source_args: tuple, epoch: int, workers: int, depth: int = 512
+) -> Iterator[Any]:
     """The epoch's samples (``None`` for skipped rows dropped), rendered by ``workers``
-    processes and returned in epoch order."""
+    processes and returned in epoch order. Each process builds its own source as
+    ``make_source(*source_args)`` (a module-level callable: it travels to a spawned process
+    by name) and renders its share of ``source.epoch_positions``."""
     ctx = mp.get_context("spawn")  # fork is unsafe once torch has started its threads
     queues = [ctx.Queue(maxsize=depth) for _ in range(workers)]
     stop = ctx.Event()
     procs = [
         ctx.Process(
             target=_render_shard,
-            args=(source_args, epoch, w, workers, queues[w], stop),
+            args=(make_source, source_args, epoch, w, workers, queues[w], stop),
             daemon=True,
             name=f"prl-data-{w}",
         )

@@ -40,8 +40,9 @@ from prl.contracts.monitor import build_monitors
 from prl.orchestrator.rollout import open_receiver
 from prl_trainer_torch import annotations as notes
 from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.common import all_sum, publish_weights, run_dir_of
 from prl_trainer_torch.entry import rank_main, run_here
-from prl_trainer_torch.lora import adapter_tensors, maybe_adapter
+from prl_trainer_torch.lora import maybe_adapter
 from prl_trainer_torch.metrics import emit, model_flops, peak_flops, peak_memory_gib, perf_metrics
 from prl_trainer_torch.model import (
     GarbageCollector,
@@ -54,7 +55,6 @@ from prl_trainer_torch.model import (
 )
 from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
-from prl_trainer_torch.sft import _all_sum, run_dir_of
 from prl_trainer_torch.token_export import TokenExporter
 
 log = logging.getLogger("prl.trainer")
@@ -67,38 +67,6 @@ def rl_resume_dir(config: Any, root: Path) -> Path | None:
     """The step directory to restore. ``--resume`` alone takes the newest step that both the
     trainer and the orchestrator marked complete (the one the orchestrator picks too)."""
     return ckpt.resume_dir(config, root, layout.COMPONENTS["rl"])
-
-
-def full_state_dict(hf) -> dict[str, torch.Tensor]:
-    """Unsharded CPU weights under HF names (collective; only rank 0 gets tensors)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(hf, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def publish_weights(hf, transport, dist, version: int, adapter=None) -> float:
-    """Publish the full weights as ``version`` through ``transport`` (collective: every rank
-    gathers, rank 0 publishes and waits for the consumer's acknowledgement); returns the
-    seconds taken. RL and SFT with online eval both hand weights over this way. A LoRA run
-    (``adapter``, :class:`prl_trainer_torch.lora.Adapter`) publishes only the adapter."""
-    t0 = time.perf_counter()
-    if adapter is not None:
-        tensors = adapter_tensors(hf)
-        if dist.is_main:
-            transport.publish_adapter(tensors, adapter.config, version)
-        if dist.world > 1:
-            tdist.barrier()
-        return time.perf_counter() - t0
-    if dist.world == 1 and getattr(transport, "device_tensors", False):
-        state = hf.state_dict()  # no CPU round trip: the transport sends from the device
-    else:
-        state = full_state_dict(hf)
-    if dist.is_main:
-        transport.publish(state, version)
-    if dist.world > 1:
-        # Other ranks must not run ahead (into a batch or step the consumer has not caught up with).
-        tdist.barrier()
-    return time.perf_counter() - t0
 
 
 class RLRun:
@@ -179,7 +147,7 @@ class RLRun:
         self.progress["total_tokens"] += int(tokens)
         self.progress["total_samples"] += sum(len(r["seq_lens"]) for r in raw if any(r["loss_mask"]))
         docs = [int(n) for r in raw for n in r["seq_lens"]]
-        (flops,) = _all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)
+        (flops,) = all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)
         metrics.update(perf_metrics(flops, tokens, t2 - t1, self.dist.world, self.peak))
         metrics.update({
             "optim/lr": lr,

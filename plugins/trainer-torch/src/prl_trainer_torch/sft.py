@@ -15,7 +15,6 @@ import logging
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +24,7 @@ from prl import layout
 from prl.config.errors import DataError
 from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
+from prl_trainer_torch.common import all_sum, publish_weights, run_dir_of
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
 from prl_trainer_torch.lora import maybe_adapter
@@ -48,21 +48,6 @@ from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_
 
 log = logging.getLogger("prl.trainer")
 SFT_WEIGHT_DECAY = 0.01
-
-
-def run_dir_of(config: Any) -> Path:
-    name = config.run.dir or config.run.name
-    if not name:
-        raise ValueError("run.name: the run has no name (core fills it before calling the trainer)")
-    return Path(config.output_dir) / name
-
-
-def _all_sum(values: list[float], dist) -> list[float]:
-    if dist.world == 1:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=dist.device)
-    tdist.all_reduce(t)
-    return t.tolist()
 
 
 class SFTRun:
@@ -158,7 +143,7 @@ class SFTRun:
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
-        nll_sum, nans = _all_sum([nll_sum, float(nans)], self.dist)
+        nll_sum, nans = all_sum([nll_sum, float(nans)], self.dist)
         if self.dist.device.type == "cuda":
             torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -172,7 +157,7 @@ class SFTRun:
         t0, t1, t2 = times
         dt = t2 - t0
         docs = [n for r in batch.rows for n in r.lengths]
-        flops = _all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)[0]
+        flops = all_sum([model_flops(self.n_params, *self.shape, docs)], self.dist)[0]
         metrics = {
             "loss/mean": loss,
             "loss/perplexity": math.exp(min(loss, 20.0)),
@@ -210,7 +195,7 @@ class SFTRun:
         for row in self.val:
             n, c = self._forward_nll(row)
             nll, count = nll + float(n), count + c
-        nll, count = _all_sum([nll, float(count)], self.dist)
+        nll, count = all_sum([nll, float(count)], self.dist)
         loss = nll / max(count, 1)
         return {"val/loss": loss, "val/perplexity": math.exp(min(loss, 20.0))}
 
@@ -239,7 +224,6 @@ class SFTRun:
         """With online eval: announce the versions this run broadcasts (:mod:`prl.evalplan`)
         and publish the weights training starts from."""
         from prl.evalplan import eval_versions, write_plan
-        from prl_trainer_torch.rl import publish_weights
 
         start, interval = self.progress["step"], self.config.eval.interval
         if self.dist.is_main:
@@ -251,8 +235,6 @@ class SFTRun:
 
     def train(self) -> None:
         """Steps until ``max_steps`` (total, also on resume) or the end of the epoch."""
-        from prl_trainer_torch.rl import publish_weights
-
         if self.config.val is not None and self.config.val.eval_on_start and self.progress["step"] == 0:
             emit(self.monitors, self.validate(), 0)
         if self.transport is not None:

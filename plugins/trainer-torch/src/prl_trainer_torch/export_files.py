@@ -1,0 +1,81 @@
+"""Pieces every export shares (bf16, FP8, one process or torchrun ranks): where a
+checkpoint came from, whether it is complete, the tensors ``save_pretrained`` would write,
+and the files written beside the weights (config, generation config, tokenizer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "added_tokens.json",
+    "generation_config.json",
+)
+
+
+def model_source(step_dir: Path) -> tuple[str, str]:
+    """(model name or directory, tokenizer name or directory) the checkpoint was trained from."""
+    run_dir = step_dir.parent.parent
+    for name in ("sft.json", "trainer.json"):
+        path = run_dir / "configs" / "latest" / "resolved" / name
+        if path.exists():
+            cfg = json.loads(path.read_text())
+            model = cfg["model"]["name"]
+            return model, (cfg.get("tokenizer") or {}).get("name") or model
+    side = step_dir / "trainer" / "model.json"
+    if side.exists():
+        cfg = json.loads(side.read_text())
+        return cfg["model"], cfg.get("tokenizer") or cfg["model"]
+    raise FileNotFoundError(f"export: no resolved config under {run_dir}/configs/latest/resolved and no {side}")
+
+
+def check_checkpoint(step_dir: Path) -> None:
+    if not (Path(step_dir) / "trainer" / ".metadata").exists():
+        raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
+
+
+def export_tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """What ``save_pretrained`` writes: parameters once each (a tied output matrix is the
+    input embedding) and persistent buffers."""
+    params = dict(hf.named_parameters())  # duplicates (tied weights) removed
+    every_param = {n for n, _ in hf.named_parameters(remove_duplicate=False)}
+    state = hf.state_dict()
+    return [(n, t) for n, t in state.items() if n in params or n not in every_param]
+
+
+def write_side_files(config, model_name: str, tokenizer: str, out: Path, dtype: torch.dtype) -> None:
+    """What ``save_pretrained`` writes besides the weights: config (in the export dtype),
+    generation config when the source has one, and the tokenizer."""
+    from transformers import GenerationConfig
+
+    config.use_cache = True
+    config.torch_dtype = dtype
+    config.save_pretrained(out)
+    try:
+        GenerationConfig.from_pretrained(model_name).save_pretrained(out)
+    except OSError:
+        pass  # the source has no generation_config.json
+    copy_tokenizer(tokenizer, out)
+
+
+def copy_tokenizer(tokenizer: str, out: Path) -> None:
+    src = Path(tokenizer)
+    if src.is_dir():
+        for name in TOKENIZER_FILES:
+            if (src / name).exists() and not (out / name).exists():
+                shutil.copy2(src / name, out / name)
+    else:
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(tokenizer).save_pretrained(out)
