@@ -39,14 +39,14 @@ MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # the venv running this 
 # loss pieces, the orchestrator's buffer, packing and off-policy control, and the trainer's
 # RL step and log-probs. Package source dir -> modules mutated in it.
 TARGETS: dict[str, list[str]] = {
-    "algorithms/grpo/src/prl_algo_grpo": ["algorithm.py", "tokens.py"],
+    "algorithms/grpo/src/prl_algo_grpo": ["algorithm.py"],
     "algorithms/max-rl/src/prl_algo_max_rl": ["algorithm.py"],
     "algorithms/loss-common/src/prl_loss_common": ["components.py", "normalise.py", "ratios.py"],
     "algorithms/loss-ppo/src/prl_loss_ppo": ["loss.py"],
     "algorithms/loss-ipo/src/prl_loss_ipo": ["loss.py"],
     "algorithms/loss-cispo/src/prl_loss_cispo": ["loss.py"],
     "algorithms/loss-icepop/src/prl_loss_icepop": ["loss.py"],
-    "core/src/prl": ["orchestrator/buffer.py", "orchestrator/packing.py", "orchestrator/offpolicy.py"],
+    "core/src/prl": ["advantages.py", "orchestrator/buffer.py", "orchestrator/packing.py", "orchestrator/offpolicy.py"],
     "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py"],
 }
 TESTS = [

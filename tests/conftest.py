@@ -13,10 +13,12 @@ HUB_MODEL, HUB_DATA = "prl-test/tiny", "prl-test/reverse"
 def hub_repos(tmp_path_factory) -> tuple[Path, Path]:
     """The tiny model's and a tiny reverse-text dataset's repo contents."""
     pytest.importorskip("prl_model_init")
-    from prl.testing.hub_setup import tiny_dataset_dir, tiny_model_dir
+    from prl_model_init import make_model
+
+    from prl.testing.hub_setup import tiny_dataset_dir
 
     root = tmp_path_factory.mktemp("repos")
-    return tiny_model_dir(root / "model"), tiny_dataset_dir(root / "data")
+    return make_model(root / "model", preset="tiny", seed=0), tiny_dataset_dir(root / "data")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prl.testing.hub_setup import DEFAULT_SUBSETS, tiny_dataset_dir, tiny_model_dir
+from prl.testing.hub_setup import DEFAULT_SUBSETS, tiny_dataset_dir
 
 hf = pytest.importorskip("huggingface_hub")
 errors = pytest.importorskip("huggingface_hub.errors")
@@ -18,8 +18,8 @@ errors = pytest.importorskip("huggingface_hub.errors")
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    pytest.importorskip("prl_model_init")
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model")
+    make_model = pytest.importorskip("prl_model_init").make_model
+    return make_model(tmp_path_factory.mktemp("tiny") / "model", preset="tiny", seed=0)
 
 
 def _files(root: Path) -> dict[str, bytes]:

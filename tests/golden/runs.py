@@ -90,17 +90,21 @@ def _reverse_warm_start(model_dir: Path) -> None:
 
 def _teacher(out: Path) -> Path:
     """opd's teacher: the student's own tiny model at temperature 1/8 (reachable, far)."""
+    from prl_model_init import make_model
+
     from prl.testing.distill import sharpened_model
 
-    return sharpened_model(out, seed=0, scale=8.0)
+    return sharpened_model(make_model(out.with_name(out.name + "-base"), seed=0, force=True), out, scale=8.0)
 
 
 def _sampler(out: Path) -> Path:
     """sft's sampler: another seed's tiny model at temperature 1/8, so its answers are far
     from the student's own and the cross-entropy on them starts high."""
+    from prl_model_init import make_model
+
     from prl.testing.distill import sharpened_model
 
-    return sharpened_model(out, seed=1, scale=8.0)
+    return sharpened_model(make_model(out.with_name(out.name + "-base"), seed=1, force=True), out, scale=8.0)
 
 
 def _demo_warm_start(model_dir: Path) -> None:

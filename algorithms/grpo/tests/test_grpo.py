@@ -158,7 +158,7 @@ def test_length_weighted_baseline_refuses_rewards_that_do_not_match_the_group():
 
 
 def test_assign_branch_trains_only_sampled_tokens_at_unit_weight_by_default():
-    from prl_algo_grpo.tokens import assign_branch
+    from prl.advantages import assign_branch
 
     branch = _branch([False, True, True, False])
     assign_branch(branch, 0.25)

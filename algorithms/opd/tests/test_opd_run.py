@@ -14,6 +14,7 @@ pytest.importorskip("prl_tasks_builtin")
 pytest.importorskip("prl_trainer_torch")
 
 from prl_algo_opd import OPD  # noqa: E402
+from prl_model_init import make_model  # noqa: E402
 
 from prl.testing.configs import distill_overrides, tiny_rl_toml  # noqa: E402
 from prl.testing.distill import reverse_kl, sharpened_model, trainer_metrics  # noqa: E402
@@ -41,12 +42,11 @@ def _opd_toml(tmp_path, student, teacher, url):
 
 @pytest.mark.slow
 def test_opd_pulls_the_student_towards_the_teacher(tmp_path, capsys):
-    from prl_model_init import make_model
 
     from prl.cli.commands import cmd_rl
 
     student = make_model(tmp_path / "student", preset="tiny", seed=0)
-    teacher = sharpened_model(tmp_path / "teacher", seed=0, scale=8.0)
+    teacher = sharpened_model(make_model(tmp_path / "base", seed=0), tmp_path / "teacher", scale=8.0)
     with running_inference(teacher, tmp_path / "teacher-server") as url:
         code = cmd_rl(["@", str(_opd_toml(tmp_path, student, teacher, url)), "--run.name", "opd"])
     assert code == 0, capsys.readouterr().err[-3000:]
@@ -87,7 +87,7 @@ def _prefill_matches_the_teachers_own_scores(url: str, teacher) -> None:
 
 @pytest.mark.slow
 def test_teacher_scores_from_the_torch_backend(tmp_path):
-    teacher = sharpened_model(tmp_path / "teacher", seed=1, scale=4.0)
+    teacher = sharpened_model(make_model(tmp_path / "base", seed=1), tmp_path / "teacher", scale=4.0)
     with running_inference(teacher, tmp_path / "server") as url:
         _prefill_matches_the_teachers_own_scores(url, teacher)
 
@@ -97,7 +97,7 @@ def test_teacher_scores_from_the_torch_backend(tmp_path):
 def test_teacher_scores_from_the_vllm_backend(tmp_path, monkeypatch):
     pytest.importorskip("prl_inference_vllm")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    teacher = sharpened_model(tmp_path / "teacher", seed=1, scale=4.0)
+    teacher = sharpened_model(make_model(tmp_path / "base", seed=1), tmp_path / "teacher", scale=4.0)
     flags = ["--backend.type", "vllm", "--backend.dtype", "float32", "--backend.enforce_eager", "true"]
     flags += ["--backend.max_num_seqs", "8", "--max_model_len", "512"]
     with running_inference(teacher, tmp_path / "server", *flags, timeout=600) as url:
@@ -107,8 +107,6 @@ def test_teacher_scores_from_the_vllm_backend(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_prl_rl_with_the_teacher_down_stops_at_start_up_naming_it(tmp_path, capsys):
     import time
-
-    from prl_model_init import make_model
 
     from prl.cli.commands import cmd_rl
     from prl.serving import free_port

@@ -31,7 +31,7 @@ def test_sft_learns_the_frozen_models_answers(tmp_path, capsys):
 
     student = make_model(tmp_path / "student", preset="tiny", seed=0)
     # A differently-seeded, low-entropy sampler: its answers are far from the student's.
-    sampler = sharpened_model(tmp_path / "sampler", seed=1, scale=8.0)
+    sampler = sharpened_model(make_model(tmp_path / "base", seed=1), tmp_path / "sampler", scale=8.0)
     with running_inference(sampler, tmp_path / "sampler-server") as url:
         code = cmd_rl(["@", str(_sft_toml(tmp_path, student, sampler, url)), "--run.name", "sft"])
     assert code == 0, capsys.readouterr().err[-3000:]

@@ -24,7 +24,8 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "prl-monitor-console": ("monitors/console", {"monitors": ("console",)}),
     "prl-monitor-wandb": ("monitors/wandb", {"monitors": ("wandb",)}),
     "prl-monitor-prime": ("monitors/prime", {"monitors": ("prime",)}),
-    "prl-dashboard": ("plugins/dashboard", {}),  # the `prl dashboard` command, no plugin tags
+    "prl-dashboard": ("plugins/dashboard", {"commands": ("dashboard",)}),
+    "prl-model-init": ("plugins/model-init", {"commands": ("model",)}),
     "prl-weights-filesystem": ("plugins/weights-filesystem", {"weight_transports": ("filesystem",)}),
     "prl-weights-nccl": ("plugins/weights-nccl", {"weight_transports": ("nccl",)}),
     "prl-launcher-local": ("launchers/local", {"launchers": ("local",)}),

@@ -202,12 +202,14 @@ def test_bad_flags_and_dirs_are_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_prl_dashboard_command_runs_this_distribution(tmp_path):
-    from typer.testing import CliRunner
+    """`prl dashboard` is this distribution's command, added through the plugin registry."""
+    import subprocess
+    import sys
 
-    from prl.cli.main import app
-
-    res = CliRunner().invoke(app, ["dashboard", str(tmp_path / "missing")])
-    assert res.exit_code == 2 and "output_dir:" in res.output
+    res = subprocess.run(
+        [sys.executable, "-m", "prl", "dashboard", str(tmp_path / "missing")], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 2 and "output_dir:" in res.stderr, res.stderr
 
 
 def test_a_taken_port_moves_to_the_next_free_one(outputs):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from prl_algo_grpo.tokens import assign
 from pydantic import field_validator
 
+from prl.advantages import assign
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
 

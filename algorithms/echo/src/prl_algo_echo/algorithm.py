@@ -25,10 +25,10 @@ from __future__ import annotations
 from typing import Annotated, ClassVar, Literal
 
 from prl_algo_grpo import GRPO
-from prl_loss_custom.importing import check_import_path, load_callable
 from pydantic import Field, field_validator
 
 from prl.config.base import PrlModel
+from prl.importing import check_import_path, load_callable
 from prl.types import Branch, Trace
 
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from prl.advantages import assign, context_tokens, sampled_tokens
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
-from prl_algo_grpo.tokens import assign, context_tokens, sampled_tokens
 
 OUTPUT_WEIGHT = 0.25
 INPUT_WEIGHT = 0.1

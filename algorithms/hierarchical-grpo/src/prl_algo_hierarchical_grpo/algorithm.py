@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Annotated, ClassVar, Literal
 
-from prl_algo_grpo.tokens import assign_branch
 from pydantic import Field
 
+from prl.advantages import assign_branch
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
 

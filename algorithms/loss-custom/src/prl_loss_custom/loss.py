@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import field_validator
 
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
-from prl_loss_custom.importing import check_import_path, load_callable
+from prl.importing import check_import_path, load_callable
 
 
 class CustomLoss(Loss):

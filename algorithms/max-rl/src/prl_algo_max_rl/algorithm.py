@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from prl_algo_grpo.tokens import assign
-
+from prl.advantages import assign
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
 

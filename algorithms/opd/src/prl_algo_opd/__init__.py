@@ -1,5 +1,5 @@
 """prl algorithm plugin ``opd`` and the ref_kl token helpers opsd reuses."""
 
-from prl_algo_opd.algorithm import OPD, distill, scored_logprobs
+from prl_algo_opd.algorithm import OPD, distill, distilled, scored_logprobs
 
-__all__ = ["OPD", "distill", "scored_logprobs"]
+__all__ = ["OPD", "distill", "distilled", "scored_logprobs"]

@@ -24,8 +24,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar, Literal
 
-from prl_algo_opd import distill, scored_logprobs
-from prl_algo_opd.algorithm import distilled
+from prl_algo_opd import distill, distilled, scored_logprobs
 
 from prl.config.sections import PluginConfig
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig

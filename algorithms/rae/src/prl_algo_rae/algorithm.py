@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from prl_algo_grpo.tokens import assign_branch
 from pydantic import Field
 
+from prl.advantages import assign_branch
 from prl.contracts.algorithm import Algorithm, AlgorithmConfig
 from prl.types import Trace
 

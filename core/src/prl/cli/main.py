@@ -96,21 +96,6 @@ def plugins_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     _run(lambda _argv: show_plugins(as_json), [])
 
 
-@app.command("dashboard", context_settings=_PASS, add_help_option=False)
-def dashboard_cmd(ctx: typer.Context) -> None:
-    """Local read-only dashboard over run directories."""
-    try:
-        from prl_dashboard import main as dashboard_main  # type: ignore[import-not-found]
-    except ImportError:
-        print_error(
-            "the dashboard is not installed; install the distribution 'prl-dashboard' "
-            "(pip install prl-dashboard, or pip install -e <repo>/plugins/dashboard from a checkout)",
-            "Not available",
-        )
-        raise typer.Exit(1) from None
-    raise typer.Exit(dashboard_main(list(ctx.args)))
-
-
 def installed_version() -> str:
     """The installed prl-core distribution's version (what pip reports), else the source's."""
     from importlib.metadata import PackageNotFoundError, version
@@ -157,6 +142,20 @@ def _add_plugin_commands() -> None:
         sys.exit(USAGE_EXIT)
 
 
+def _missing_command_hint(argv: list[str]) -> None:
+    """``prl dashboard`` without the distribution that adds it: say what to install (exit 2)
+    instead of typer's bare "No such command"."""
+    from prl.known_plugins import install_hint
+
+    name = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else None
+    registered = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    hint = install_hint("commands", name) if name and name not in registered else ""
+    if hint:
+        print_error(f"the command 'prl {name}' is not installed{hint}", "Not available")
+        sys.exit(USAGE_EXIT)
+
+
 def main() -> None:
     _add_plugin_commands()
+    _missing_command_hint(sys.argv)
     app(prog_name="prl")

@@ -92,7 +92,7 @@ class UpdateWeightsRequest(OpenModel):
 
 class InitBroadcasterRequest(OpenModel):
     """``POST /init_broadcaster``: join the trainer's weight-broadcast group at ``host:port``
-    as ranks ``rank_offset ..`` of ``1 + inference_world_size`` (the nccl transport)."""
+    as ranks ``rank_offset ..`` of ``1 + inference_world_size`` (an in-band transport, nccl)."""
 
     host: str = Field(min_length=1)
     port: int = Field(ge=1, le=65535)

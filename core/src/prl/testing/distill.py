@@ -12,21 +12,23 @@ import json
 from pathlib import Path
 
 
-def sharpened_model(out: Path, seed: int = 0, scale: float = 8.0) -> Path:
-    """A tiny model (``prl model init`` preset tiny, ``seed``) whose final norm is scaled by
-    ``scale``: every next-token distribution becomes the base model's at temperature
-    1/scale. With the student's seed this is a teacher the student can reach (one direction
-    of weight space), so distilling towards it shows a clear drop in KL within a few steps."""
+def sharpened_model(base: Path, out: Path, scale: float = 8.0) -> Path:
+    """A copy of the model at ``base`` (a tiny model, say) written to ``out`` with its final
+    norm scaled by ``scale``: every next-token distribution becomes the base model's at
+    temperature 1/scale. With the student as ``base`` this is a teacher the student can
+    reach (one direction of weight space), so distilling towards it shows a clear drop in
+    KL within a few steps."""
+    import shutil
+
     import torch
-    from prl_model_init import make_model
     from transformers import AutoModelForCausalLM
 
-    path = make_model(out, preset="tiny", seed=seed, force=True)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    shutil.copytree(base, out, dirs_exist_ok=True)  # tokenizer and generation config come along
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     with torch.no_grad():
         model.model.norm.weight.mul_(scale)
-    model.save_pretrained(path)
-    return path
+    model.save_pretrained(out)
+    return Path(out)
 
 
 def reverse_kl(student: Path, teacher: Path, contexts: list[list[int]], weights: Path | None = None) -> float:

@@ -138,14 +138,6 @@ def forget_filesystems() -> None:
 # -- repo contents ---------------------------------------------------------------------------
 
 
-def tiny_model_dir(out: str | Path, seed: int = 0) -> Path:
-    """A tiny model directory (``prl model init --preset tiny``; needs prl-model-init): config,
-    safetensors weights (an LFS file on the hub), generation config, tokenizer files."""
-    from prl_model_init import make_model
-
-    return Path(make_model(Path(out), preset="tiny", seed=seed, force=True))
-
-
 def reverse_rows(words: Sequence[str], messages: bool = False) -> list[dict[str, Any]]:
     """Reverse-text rows: ``prompt``/``completion`` message lists, or one ``messages`` list."""
     rows = []

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m prl_launcher_slurm.node <plan.json>", file=sys.stderr)
         return 2
-    from prl_launcher_local.launcher import LocalLauncher
+    from prl_launcher_local import LocalLauncher
 
     plan = json.loads(Path(args[0]).read_text())
     rank = int(os.environ.get("SLURM_NODEID", "0"))

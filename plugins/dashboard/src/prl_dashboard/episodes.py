@@ -124,10 +124,8 @@ def annotations(run: Run, trace_id: str) -> tuple[dict[int, dict[str, list]], di
     """Per-token arrays every producer annotated ``trace_id`` with (``monitors/file/
     annotations``), by branch index; a producer's later record of a branch wins. Also which
     producer each array came from."""
-    try:
-        from prl_monitor_file.annotations import producers, read_annotations
-    except ImportError:  # a file monitor older than annotations
-        return {}, {}
+    from prl_monitor_file import producers, read_annotations
+
     by_branch: dict[int, dict[str, list]] = {}
     source: dict[str, str] = {}
     for producer in producers(run.file_dir):

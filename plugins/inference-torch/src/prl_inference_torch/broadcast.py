@@ -1,4 +1,5 @@
-"""The torch engine's end of the nccl weight transport (``prl-weights-nccl``).
+"""The torch engine's end of an in-band weight transport (nccl), met through core's
+:mod:`prl.contracts.broadcast`.
 
 ``POST /init_broadcaster`` starts joining the trainer's broadcast group in the background
 and answers at once: the trainer forms the group only when it publishes its first version.
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from prl.contracts.broadcast import BroadcastError, broadcast_join
 from prl.contracts.http import ApiError, InitBroadcasterRequest
 from prl_inference_torch.waits import engine_call, wait_until
 from prl_inference_torch.weights import architecture_mismatch
@@ -23,16 +25,11 @@ from prl_inference_torch.weights import architecture_mismatch
 
 def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
     try:
-        from prl_weights_nccl.group import BackgroundJoin
-    except ImportError:
-        raise ApiError(
-            "the nccl weight transport needs prl-weights-nccl where inference runs (pip install prl-weights-nccl)",
-            501,
-            "NotImplementedError",
-        ) from None
+        joiner = broadcast_join()
+    except LookupError as exc:  # the server cannot do what the request asks: not the caller's fault
+        raise ApiError(f"weight broadcast: {exc}", 501, "NotImplementedError") from None
     if body.inference_world_size < 1:
         raise ApiError("inference_world_size must be at least 1")
-    joiner = BackgroundJoin()
     # One engine, one worker: this server is rank rank_offset of 1 + inference_world_size.
     joiner.start(body.host, body.port, body.rank_offset, 1 + body.inference_world_size, body.timeout, body.backend)
     state.broadcast = joiner
@@ -41,8 +38,6 @@ def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
 
 
 async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
-    from prl_weights_nccl.group import BroadcastError
-
     if state.broadcast is None:
         raise ApiError(
             "weight_dir is null, but this server has not joined a weight-broadcast group "

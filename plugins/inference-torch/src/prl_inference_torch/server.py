@@ -70,7 +70,7 @@ class ServerState:
     chat_template: str | None = None
     weights_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     lora_paths: dict[str, str] = field(default_factory=dict)
-    broadcast: Any = None  # prl_weights_nccl.group.BackgroundJoin once /init_broadcaster ran
+    broadcast: Any = None  # a prl.contracts.broadcast.BroadcastJoin once /init_broadcaster ran
     broadcast_at: str = ""  # the trainer's host:port it joins
     admin_timeout: float = 600.0  # server.admin_timeout
     stopping: bool = False  # set once SIGTERM/SIGINT starts the shutdown: admin waits give up

@@ -44,6 +44,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from prl.config.components import ServerLimitsConfig
+from prl.contracts.broadcast import broadcast_join
 from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
 from prl.serving import error_responses
 from prl.serving_limits import BodyLimit, TokenBudget, busy_headers, check_request, default_max_tokens
@@ -212,9 +213,13 @@ def _admin_routes(router: APIRouter, state: PrlState) -> None:
         body = await _body(request, LoraRequest)
         return await _load_lora(state, request.app, body)
 
-    @router.post("/init_broadcaster", dependencies=[admin], responses=error_responses(400, 401, 413, 500))
+    @router.post("/init_broadcaster", dependencies=[admin], responses=error_responses(400, 401, 413, 500, 501))
     async def init_broadcaster(request: Request) -> dict[str, Any]:
         body = await _body(request, InitBroadcasterRequest)
+        try:  # here, where it is one line, rather than from inside every worker
+            broadcast_join()
+        except LookupError as exc:
+            raise ApiError(f"weight broadcast: {exc}", 501, "NotImplementedError") from None
         kwargs = {
             "host": body.host,
             "port": body.port,

@@ -34,9 +34,9 @@ class PrlWorkerExtension:
     ) -> None:
         """Start joining the trainer's broadcast group as rank ``rank_offset`` + this
         worker's rank (in the background: the trainer forms the group on its first publish)."""
-        from prl_weights_nccl.group import BackgroundJoin
+        from prl.contracts.broadcast import broadcast_join
 
-        self._prl_join = BackgroundJoin()
+        self._prl_join = broadcast_join()
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._prl_join.start(host, port, rank, world_size, timeout, backend)
 

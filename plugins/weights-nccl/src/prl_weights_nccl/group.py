@@ -31,16 +31,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from prl.config.errors import RunError
+from prl.contracts.broadcast import BroadcastError, Entry
 
 WIRE = 1
-Entry = tuple[str, str, list[int]]  # name, dtype name, shape
 Sink = Callable[[list[tuple[str, torch.Tensor]]], None]
-
-
-class BroadcastError(RunError):
-    """The broadcast failed; the message is one line naming the stage and the peer(s), and
-    the CLI prints only that line (exit 1)."""
 
 
 def resolve_backend(backend: str) -> str:

@@ -106,6 +106,15 @@ class NcclWeights(WeightTransport):
             if step < newest:
                 shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
+    # ---- inference side --------------------------------------------------------------
+    @classmethod
+    def broadcast_join(cls) -> Any:
+        """The inference worker's side (prl.contracts.broadcast.BroadcastJoin): a background
+        join of the trainer's group, then one version received per ``/update_weights``."""
+        from prl_weights_nccl.group import BackgroundJoin
+
+        return BackgroundJoin()
+
     # ---- consumer side (torch-free) ---------------------------------------------------
     async def connect(self, client: Any) -> None:
         cfg = self.config

@@ -1,4 +1,6 @@
-"""Counting a trace's tokens and writing per-token training signals onto its branches.
+"""Counting a trace's tokens and writing per-token training signals onto its branches:
+the helpers every algorithm plugin scores with (core API, so algorithms share them
+without importing each other).
 
 A branch's sampled tokens (``sampled_mask`` true) are the policy's actions: they carry the
 trace's advantage and feed the rl loss. Every other token (prompt, env observations) is

@@ -1,4 +1,5 @@
-"""Resolve an ``import_path`` to a callable.
+"""Resolve an ``import_path`` to a callable: the one way a setting names user code
+(the custom loss, echo's filter), so plugins share it through core.
 
 Accepted forms:
     ``pkg.mod.fn`` or ``pkg.mod:fn``   a function in an importable module
