@@ -207,7 +207,10 @@ def test_prl_dashboard_command_runs_this_distribution(tmp_path):
     import sys
 
     res = subprocess.run(
-        [sys.executable, "-m", "prl", "dashboard", str(tmp_path / "missing")], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "prl", "dashboard", str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert res.returncode == 2 and "output_dir:" in res.stderr, res.stderr
 

@@ -25,7 +25,7 @@ def test_one_worker_is_one_prl_trainer_process(tmp_path):
 def test_several_workers_run_under_the_exit_code_keeping_torchrun(tmp_path):
     cfg = TrainerConfig(num_workers=2)
     (proc,) = TorchTrainer.rl_processes(cfg, tmp_path / "trainer.json", tmp_path / "logs", {})
-    assert proc.argv[1:3] == ["-m", "prl_trainer_torch.torchrun"] and "--nproc-per-node=2" in proc.argv
+    assert proc.argv[1:3] == ["-m", "prl.torchrun"] and "--nproc-per-node=2" in proc.argv
     assert proc.argv[-3:] == ["-m", "prl_trainer_torch.rl", str(tmp_path / "trainer.json")]
-    assert str(tmp_path / "logs" / "trainer" / "torchrun") in proc.argv
+    assert f"--log-dir={tmp_path / 'logs' / 'trainer' / 'torchrun'}" in proc.argv
     assert proc.log_path == tmp_path / "logs" / "trainer.log" and proc.env["NCCL_NVLS_ENABLE"] == "0"

@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from prl import torchrun
 from prl.contracts.launcher import ProcessSpec
 
 
@@ -60,20 +61,14 @@ def trainer_command(plan: dict, train_rank: int, rdzv_host: str, job_id: str) ->
     """torchrun over this node's trainer ranks, meeting the other trainer nodes at the
     rendezvous on the first one (each rank runs the plain ``prl trainer`` / ``prl sft-trainer``)."""
     torchrun_logs = Path(plan["log_dir"]) / "trainer" / "torchrun" / f"node_{train_rank}"
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={plan['num_train_nodes']}",
-        f"--nproc-per-node={plan['nproc_per_node']}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={rdzv_host}:{plan['rdzv_port']}",
-        f"--rdzv-id=prl-{job_id}",
-        f"--log-dir={torchrun_logs}",
-        "--redirects=3",
-        "--tee=3",
-        *plan["trainer_argv"],
-    ]
+    return torchrun.command(
+        plan["trainer_argv"],
+        nproc=plan["nproc_per_node"],
+        log_dir=torchrun_logs,
+        nodes=plan["num_train_nodes"],
+        rendezvous=f"{rdzv_host}:{plan['rdzv_port']}",
+        run_id=f"prl-{job_id}",
+    )
 
 
 def node_processes(plan: dict, rank: int, hosts: list[str], job_id: str) -> list[ProcessSpec]:

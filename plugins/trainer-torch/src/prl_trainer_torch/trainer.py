@@ -2,7 +2,7 @@
 
 Users never call torchrun: with ``num_workers > 1`` the trainer writes the resolved config
 as JSON, starts ``torchrun --nproc-per-node num_workers -m prl_trainer_torch.sft <json>``
-(``.rl`` for RL; through :mod:`prl_trainer_torch.torchrun`, which keeps a rank's one-line
+(``.rl`` for RL; through :mod:`prl.torchrun`, which keeps a rank's one-line
 usage error free of torchrun's traceback) and returns its exit code. Each rank reads only
 that JSON. Per-rank logs go under
 ``$PRL_ATTEMPT_LOG_DIR/trainer/torchrun`` when the launcher sets that variable.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from prl import torchrun
 from prl.contracts.launcher import ProcessSpec
 from prl.contracts.trainer import Trainer, TrainerBackendConfig
 
@@ -26,11 +26,8 @@ if TYPE_CHECKING:
 
 
 def torchrun_command(config_path: Path, nproc: int, log_dir: str | None, module: str) -> list[str]:
-    cmd = [sys.executable, "-m", "prl_trainer_torch.torchrun", "--standalone", f"--nproc-per-node={nproc}"]
-    if log_dir:
-        # --tee keeps the ranks' output on the console as well as in the per-rank files.
-        cmd += ["--log-dir", str(Path(log_dir) / "trainer" / "torchrun"), "--redirects=3", "--tee=3"]
-    return cmd + ["-m", module, str(config_path)]
+    logs = Path(log_dir) / "trainer" / "torchrun" if log_dir else None
+    return torchrun.command(["-m", module, str(config_path)], nproc=nproc, log_dir=logs)
 
 
 def launch_torchrun(config_json: str, nproc: int, module: str) -> int:
