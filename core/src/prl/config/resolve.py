@@ -20,7 +20,7 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass
 class Resolved:
-    config: Any
+    config: BaseModel
     parsed: ParsedArgs
     merged: dict[str, Any]
 

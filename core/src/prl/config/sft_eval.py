@@ -6,12 +6,15 @@ trainer hands its weights over and what the online-eval process does with a stal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
 from prl.config.components import EvalGroupConfig
 from prl.config.sections import ClientConfig, ConcurrencyConfig
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.roots import SFTConfig
 
 
 class SFTEvalConfig(EvalGroupConfig):
@@ -55,7 +58,7 @@ def fill_inference_model(data: Any) -> Any:
     return {**data, "inference": inference}
 
 
-def check_sft_eval(config: Any) -> None:
+def check_sft_eval(config: SFTConfig) -> None:
     """After validation: ``[inference]`` needs ``[eval]`` and the trained model; the eval
     client points at the managed server unless its base_url was given."""
     if config.inference is None:

@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl import layout
 from prl.config.errors import HostError, host_error
 from prl.fsutil import write_atomic
 
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import OrchestratorConfig
+
 FILE = "progress.pt"
 
 
-def checkpoint_root(config: Any, run_dir: Path) -> Path:
+def checkpoint_root(config: OrchestratorConfig, run_dir: Path) -> Path:
     return layout.checkpoint_root(getattr(config, "ckpt", None), run_dir)
 
 
-def is_due(config: Any, step: int) -> bool:
+def is_due(config: OrchestratorConfig, step: int) -> bool:
     final = config.max_steps is not None and step == config.max_steps
     return layout.save_due(getattr(config, "ckpt", None), step, final)
 
@@ -44,7 +47,7 @@ def save_state(root: Path, step: int, state: dict[str, Any]) -> Path:
     return path
 
 
-def resume_dir(config: Any, run_dir: Path) -> Path | None:
+def resume_dir(config: OrchestratorConfig, run_dir: Path) -> Path | None:
     """The ``step_N`` directory to resume from, or None for a fresh run.
 
     ``--resume`` alone takes the newest step both trainer and orchestrator completed, the

@@ -5,12 +5,15 @@ the filesystem one in :mod:`prl.orchestrator.transport`, or zmq in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prl.orchestrator.transport import FilesystemBatchReceiver, FilesystemBatchSender
 
+if TYPE_CHECKING:  # annotations only
+    from prl.config.sections import RolloutTransportConfig
 
-def open_sender(config: Any, run_dir: Path):
+
+def open_sender(config: RolloutTransportConfig, run_dir: Path):
     """The orchestrator's end of ``config`` (a RolloutTransportConfig): ``send(step, ranks)``."""
     if config.type == "zmq":
         from prl.orchestrator.transport_zmq import ZmqBatchSender
@@ -19,7 +22,7 @@ def open_sender(config: Any, run_dir: Path):
     return FilesystemBatchSender(run_dir)
 
 
-def open_receiver(config: Any, run_dir: Path, rank: int):
+def open_receiver(config: RolloutTransportConfig, run_dir: Path, rank: int):
     """Trainer rank ``rank``'s end of ``config``: ``receive(step, timeout)``."""
     if config.type == "zmq":
         from prl.orchestrator.transport_zmq import ZmqBatchReceiver

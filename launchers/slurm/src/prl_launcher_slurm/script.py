@@ -21,12 +21,16 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
 from prl.config.errors import ConfigError
 from prl.contracts.launcher import ProcessSpec
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.roots import RLConfig, SFTConfig
+    from prl_launcher_slurm.launcher import SlurmLauncher
 
 TEMPLATE = Path(__file__).parent / "templates" / "job.sbatch.j2"
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
@@ -70,7 +74,7 @@ def trainer_world(root: Any) -> int:
     return int(getattr(trainer, "num_workers", None) or getattr(root, "num_workers", 1) or 1)
 
 
-def check_layout(config: Any, root: Any, processes: list[ProcessSpec]) -> None:
+def check_layout(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, processes: list[ProcessSpec]) -> None:
     """Node counts and transports that a multi-node job can run, or a one-line error."""
     if not config.num_train_nodes:
         return
@@ -109,7 +113,7 @@ def check_layout(config: Any, root: Any, processes: list[ProcessSpec]) -> None:
         )
 
 
-def write_engines(config: Any, root: Any, config_dir: Path) -> list[dict]:
+def write_engines(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, config_dir: Path) -> list[dict]:
     """Several inference nodes: each runs one engine on ``backend_port`` + its node index,
     bound to every interface (the router on the first inference node reaches it), from its
     own resolved config; [] for one inference node."""
@@ -144,7 +148,12 @@ def _spec_json(spec: ProcessSpec) -> dict:
 
 
 def write_plan(
-    path: Path, config: Any, root: Any, processes: list[ProcessSpec], log_dir: Path, engines: list[dict] = ()
+    path: Path,
+    config: SlurmLauncher.Config,
+    root: RLConfig | SFTConfig,
+    processes: list[ProcessSpec],
+    log_dir: Path,
+    engines: list[dict] = (),
 ) -> None:
     """What every node of the job starts (read by :mod:`prl_launcher_slurm.node`);
     ``engines``: one inference engine per inference node (:func:`write_engines`)."""
@@ -208,7 +217,7 @@ def render(template: Path | None, values: dict[str, Any]) -> str:
         raise ConfigError(f"{field}: {path} does not render: {exc}") from None
 
 
-def template_values(config: Any, root: Any, job: Job, attempt: str) -> dict[str, Any]:
+def template_values(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, job: Job, attempt: str) -> dict[str, Any]:
     """The variables a template sees (docs/slurm.md lists them)."""
     slurm = getattr(root, "slurm", None)
     run_name = getattr(getattr(root, "run", None), "name", None) or "prl"

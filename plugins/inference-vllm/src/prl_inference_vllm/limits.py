@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.contracts.http import ApiError
 from prl.serving_limits import TokenBudget, check_request, request_tokens
+
+if TYPE_CHECKING:  # annotations only
+    from vllm.config import ModelConfig
 
 try:
     from vllm.exceptions import GracefulHTTPError
@@ -52,7 +55,7 @@ def check_openai_body(limits: Any, raw: dict[str, Any]) -> None:
         raw["max_tokens"] = limits.max_tokens  # vLLM clamps it to the room left in the context
 
 
-def _prompt_len(model_config: Any, prompt: Any) -> int:
+def _prompt_len(model_config: ModelConfig, prompt: Any) -> int:
     ids = getattr(prompt, "prompt_token_ids", None)
     if ids is not None:
         return len(ids)

@@ -19,7 +19,10 @@ So after the reload the head is re-tied and every unquantized embedding-type lay
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    from transformers import PretrainedConfig
 
 
 class PrlWorkerExtension:
@@ -61,7 +64,7 @@ class PrlWorkerExtension:
         retie_and_repack(model, self.model_runner.model_config.hf_config)  # type: ignore[attr-defined]
 
 
-def retie_and_repack(model: Any, hf_config: Any) -> None:
+def retie_and_repack(model: Any, hf_config: PretrainedConfig) -> None:
     from vllm.model_executor.layers.vocab_parallel_embedding import (
         UnquantizedEmbeddingMethod,
         VocabParallelEmbedding,

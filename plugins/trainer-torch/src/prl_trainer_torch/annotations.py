@@ -22,13 +22,16 @@ so every rank agrees on whether to take part in the gather.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as tdist
 
 from prl.contracts.monitor import Monitor
 from prl_trainer_torch.token_export import sequences
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
 
 VERSION = 1
 
@@ -39,7 +42,7 @@ def keeps_annotations(monitor: type | Monitor) -> bool:
     return cls.log_annotations is not Monitor.log_annotations
 
 
-def wanted(config: Any) -> bool:
+def wanted(config: TrainerConfig) -> bool:
     """``trainer.annotations`` is on and some enabled monitor section keeps annotations
     (read from the config, so ranks without monitors decide the same as rank 0)."""
     if not getattr(config, "annotations", False):

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as tdist
@@ -36,6 +36,10 @@ from prl import layout
 from prl.config.errors import ConfigError, HostError, host_error
 from prl.fsutil import write_atomic
 from prl_trainer_torch.lora import is_adapter_key
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
+    from prl.config.roots import SFTConfig
 
 SFT_PARTS = layout.COMPONENTS["sft"]
 ADAPTER_CONFIG = "adapter_config.json"
@@ -57,7 +61,7 @@ def single_process_quiet() -> Iterator[None]:
         yield
 
 
-def ckpt_root(config: Any, run_dir: Path) -> Path:
+def ckpt_root(config: TrainerConfig | SFTConfig, run_dir: Path) -> Path:
     return layout.checkpoint_root(config.ckpt, run_dir)
 
 
@@ -66,7 +70,7 @@ def complete_steps(root: Path) -> list[int]:
     return layout.complete_steps(root, (layout.TRAINER,))
 
 
-def resume_dir(config: Any, root: Path, complete_for: tuple[str, ...] = SFT_PARTS) -> Path | None:
+def resume_dir(config: TrainerConfig | SFTConfig, root: Path, complete_for: tuple[str, ...] = SFT_PARTS) -> Path | None:
     """The ``step_N`` directory a resume loads from, or None for a fresh start.
 
     ``--resume`` alone takes the newest step complete for ``complete_for`` (every part of the

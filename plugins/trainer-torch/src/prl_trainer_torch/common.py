@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as tdist
 
 from prl_trainer_torch.lora import adapter_tensors
 
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
+    from prl.config.roots import SFTConfig
 
-def run_dir_of(config: Any) -> Path:
+
+def run_dir_of(config: TrainerConfig | SFTConfig) -> Path:
     """The run directory the launcher made (core fills ``run.name`` before the trainer starts)."""
     name = config.run.dir or config.run.name
     if not name:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
+    from prl.config.roots import SFTConfig
 
 
-def run_here(run_cls: Any, config: Any) -> int:
+def run_here(run_cls: Any, config: TrainerConfig | SFTConfig) -> int:
     """Build ``run_cls(config)``, train it, and close it on success and error paths."""
     from prl.logs import setup_logging
 

@@ -30,7 +30,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as tdist
@@ -57,13 +57,16 @@ from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
 from prl_trainer_torch.token_export import TokenExporter
 
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
+
 log = logging.getLogger("prl.trainer")
 RL_WEIGHT_DECAY = 0.0
 # Schedules need a horizon; an unbounded run (no max_steps) keeps the warmup, then flat.
 UNBOUNDED_STEPS = 10**9
 
 
-def rl_resume_dir(config: Any, root: Path) -> Path | None:
+def rl_resume_dir(config: TrainerConfig, root: Path) -> Path | None:
     """The step directory to restore. ``--resume`` alone takes the newest step that both the
     trainer and the orchestrator marked complete (the one the orchestrator picks too)."""
     return ckpt.resume_dir(config, root, layout.COMPONENTS["rl"])
@@ -72,7 +75,7 @@ def rl_resume_dir(config: Any, root: Path) -> Path | None:
 class RLRun:
     """One RL trainer on this rank."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: TrainerConfig) -> None:
         self.config = config
         self.build_model(config)
         self._resume()
@@ -87,7 +90,7 @@ class RLRun:
         if notes.wanted(config):
             self.annotator = notes.AnnotationCollector(self.dist.rank, self.dist.world, config.loss.type)
 
-    def build_model(self, config: Any) -> None:
+    def build_model(self, config: TrainerConfig) -> None:
         """Model, optimizer and schedule as a fresh run starts them (``prl replay`` of step 1
         builds them the same way, so the seeded parts, a LoRA adapter's init, match)."""
         self.dist = init_distributed()
@@ -231,7 +234,7 @@ class RLRun:
             tdist.destroy_process_group()
 
 
-def run(config: Any) -> int:
+def run(config: TrainerConfig) -> int:
     """Run the RL trainer in this process (one rank)."""
     return run_here(RLRun, config)
 

@@ -15,7 +15,7 @@ import logging
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as tdist
@@ -46,6 +46,9 @@ from prl_trainer_torch.model import (
 )
 from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 
+if TYPE_CHECKING:  # annotations only
+    from prl.config.roots import SFTConfig
+
 log = logging.getLogger("prl.trainer")
 SFT_WEIGHT_DECAY = 0.01
 
@@ -53,7 +56,7 @@ SFT_WEIGHT_DECAY = 0.01
 class SFTRun:
     """One SFT run on this rank."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: SFTConfig) -> None:
         self.config = config
         self.dist = init_distributed()
         torch.manual_seed(config.seed)
@@ -272,7 +275,7 @@ class SFTRun:
             tdist.destroy_process_group()
 
 
-def run(config: Any) -> int:
+def run(config: SFTConfig) -> int:
     """Run SFT in this process (one rank)."""
     return run_here(SFTRun, config)
 

@@ -28,7 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -41,6 +41,9 @@ from prl.config.sections import ResumeConfig
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.rl import RLRun
 from prl_trainer_torch.token_export import STEP_RECORD, batch_path, read_batch
+
+if TYPE_CHECKING:  # annotations only
+    from prl.config.components import TrainerConfig
 
 RESOLVED = Path("configs") / "latest" / "resolved" / "trainer.json"
 
@@ -59,7 +62,7 @@ class Inputs:
 
     run_dir: Path
     step: int
-    config: Any  # the replay's TrainerConfig (the run's, with the flags applied)
+    config: TrainerConfig  # the replay's (the run's, with the flags applied)
     changes: list[str]  # "--trainer.optim.lr 0.002 (run: 0.001)", one per changed setting
     record: dict[str, float]
     batch: Path
@@ -187,7 +190,7 @@ def find_inputs(run_dir: Path, step: int, flags: list[str]) -> Inputs:
 class ReplayRun(RLRun):
     """The trainer of the run as it stood before the step: no transport, monitors or export."""
 
-    def __init__(self, config: Any, run_dir: Path, start: Path | None) -> None:
+    def __init__(self, config: TrainerConfig, run_dir: Path, start: Path | None) -> None:
         self.config = config
         self.build_model(config)
         self.run_dir, self.ckpt_root = run_dir, ckpt.ckpt_root(config, run_dir)

@@ -43,12 +43,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import torch
 
 from prl.fsutil import write_atomic
+
+if TYPE_CHECKING:  # annotations only
+    from prl.contracts.loss import LossConfig
 
 SCHEMA_VERSION = 1
 STABLE = "STABLE"
@@ -64,7 +67,7 @@ def _plain(values: torch.Tensor) -> list:
     return out
 
 
-def trust_region(loss_config: Any, logp: torch.Tensor, logq: torch.Tensor, rl: torch.Tensor):
+def trust_region(loss_config: LossConfig, logp: torch.Tensor, logq: torch.Tensor, rl: torch.Tensor):
     """(above, below) masks of the rl tokens outside the loss's trust region (module doc)."""
     eps = getattr(loss_config, "eps", None)
     if isinstance(eps, (int, float)):
@@ -117,7 +120,7 @@ def read_batch(path: Path) -> list[dict[str, Any]]:
 class TokenExporter:
     """Writes one rank's token export for each step (see module docstring)."""
 
-    def __init__(self, run_dir: Path, rank: int, world: int, loss_config: Any) -> None:
+    def __init__(self, run_dir: Path, rank: int, world: int, loss_config: LossConfig) -> None:
         self.root = Path(run_dir) / "token_exports"
         self.rank, self.world, self.loss_config = rank, world, loss_config
         self._fh = None
