@@ -6,8 +6,8 @@ source of every distribution the root pyproject lists as a workspace member:
   only the top-level package (its public API), and only when its pyproject declares that
   distribution as a dependency (required or an extra);
 * no module imports itself back through others (no import circles), counting imports made
-  inside functions too; imports under ``if TYPE_CHECKING:`` never run and count only for
-  the two rules above.
+  inside functions and under ``if TYPE_CHECKING:`` too (a type-only import still ties the
+  two modules' design together).
 
 Each rule prints what it found, so ``pytest -s tests/test_import_graph.py`` is the graph's
 summary.
@@ -40,7 +40,6 @@ class Import:
     line: int
     module: str  # absolute dotted name as written (relative imports resolved)
     names: tuple[str, ...]  # for ``from m import a, b``: a, b
-    typing_only: bool = False  # under ``if TYPE_CHECKING:``: never runs
 
 
 def _members() -> list[Path]:
@@ -68,24 +67,16 @@ def _module_name(file: Path, src: Path) -> str:
 def _imports(file: Path, src: Path) -> list[Import]:
     here = _module_name(file, src)
     package = here if file.name == "__init__.py" else here.rpartition(".")[0]
-    tree = ast.parse(file.read_text(), str(file))
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-        for stmt in node.body
-        for inner in ast.walk(stmt)
-    }
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(file.read_text(), str(file))):
         if isinstance(node, ast.Import):
-            found += [Import(file, node.lineno, a.name, (), id(node) in typing_only) for a in node.names]
+            found += [Import(file, node.lineno, a.name, ()) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the package, up level - 1
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            found.append(Import(file, node.lineno, base, tuple(a.name for a in node.names), id(node) in typing_only))
+            found.append(Import(file, node.lineno, base, tuple(a.name for a in node.names)))
     return found
 
 
@@ -195,7 +186,7 @@ def _resolve(imp: Import) -> list[str]:
 def _edges() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in GRAPH.modules}
     for name, found in GRAPH.imports.items():
-        for i in (i for i in found if not i.typing_only):
+        for i in found:
             for target in _resolve(i):
                 # A module reaching its own enclosing package's __init__ is not a circle
                 # Python can trip on (the package is initialised first); everything else is.

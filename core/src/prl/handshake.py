@@ -10,9 +10,10 @@ shares its run directory, and the markers survive to show where a stalled handsh
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
+
+from prl import layout
 
 SENDER, RECEIVER, STARTED, FINISHED = ".sender_ready", ".receiver_ready", ".started", ".finished"
 
@@ -39,7 +40,7 @@ def wait(path: Path, timeout: float, what: str) -> None:
 
 def latest_finished(base: Path) -> int | None:
     """The newest version under ``base`` whose handshake reached ``.finished``, or None."""
-    done = [s for s in steps(base) if (base / f"step_{s}" / FINISHED).exists()]
+    done = [s for s in steps(base) if (layout.step_dir(base, s) / FINISHED).exists()]
     return done[-1] if done else None
 
 
@@ -47,4 +48,4 @@ def steps(base: Path) -> list[int]:
     """The versions with a ``step_N`` directory under ``base``, ascending."""
     if not base.is_dir():
         return []
-    return sorted(int(m.group(1)) for p in base.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name)))
+    return sorted(n for p in base.iterdir() if (n := layout.parse_step(p.name)) is not None)

@@ -322,7 +322,7 @@ class SFTConfig(CommonRunFields):
 
     @model_validator(mode="after")
     def _eval_checks(self) -> SFTConfig:
-        check_sft_eval(self)
+        check_sft_eval(self.inference, self.eval, self.model.name)
         if self.model.lora is not None and self.eval is not None:
             raise ValueError(
                 "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from prl.config.base import PrlModel
 from prl.config.unions import PluginConfig
+from prl.layout import parse_step
 
 
 def _env_values(value: object) -> object:
@@ -149,7 +150,7 @@ class ResumeConfig(PrlModel):
             if self.step is not None:
                 raise ValueError("resume.dir cannot be combined with resume.step")
             name = Path(self.dir).name
-            if not (name.startswith("step_") and name[5:].isdigit()):
+            if parse_step(name) is None:
                 raise ValueError(f"resume.dir must end in step_<digits>, got '{self.dir}'")
         return self
 

@@ -14,7 +14,7 @@ from prl.config.components import EvalGroupConfig
 from prl.config.sections import ClientConfig, ConcurrencyConfig
 
 if TYPE_CHECKING:  # annotations only
-    from prl.config.roots import SFTConfig
+    from prl.config.components import InferenceConfig
 
 
 class SFTEvalConfig(EvalGroupConfig):
@@ -58,17 +58,15 @@ def fill_inference_model(data: Any) -> Any:
     return {**data, "inference": inference}
 
 
-def check_sft_eval(config: SFTConfig) -> None:
+def check_sft_eval(inference: InferenceConfig | None, online_eval: SFTEvalConfig | None, model_name: str) -> None:
     """After validation: ``[inference]`` needs ``[eval]`` and the trained model; the eval
     client points at the managed server unless its base_url was given."""
-    if config.inference is None:
+    if inference is None:
         return
-    if config.eval is None:
+    if online_eval is None:
         raise ValueError("inference: [inference] without [eval] is an error (add [eval] and [[eval.source]])")
-    if config.inference.model.name != config.model.name:
-        raise ValueError(
-            f"inference.model.name '{config.inference.model.name}' differs from model.name '{config.model.name}'"
-        )
-    if "base_url" not in config.eval.client.model_fields_set:
-        server = config.inference.server
-        config.eval.client.base_url = f"http://{server.host}:{server.port}"
+    if inference.model.name != model_name:
+        raise ValueError(f"inference.model.name '{inference.model.name}' differs from model.name '{model_name}'")
+    if "base_url" not in online_eval.client.model_fields_set:
+        server = inference.server
+        online_eval.client.base_url = f"http://{server.host}:{server.port}"

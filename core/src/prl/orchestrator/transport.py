@@ -26,7 +26,6 @@ of :mod:`prl.orchestrator.packing`.
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import msgpack
 
+from prl import layout
 from prl.fsutil import write_atomic
 
 FORMAT = 1
@@ -44,7 +44,7 @@ def batches_dir(run_dir: Path) -> Path:
 
 
 def batch_path(run_dir: Path, step: int, rank: int) -> Path:
-    return batches_dir(run_dir) / f"step_{step}" / f"rank_{rank}.bin"
+    return layout.step_dir(batches_dir(run_dir), step) / f"rank_{rank}.bin"
 
 
 def write_batch(run_dir: Path, step: int, ranks: list[list[dict[str, Any]]]) -> list[Path]:
@@ -69,7 +69,7 @@ def read_batch(run_dir: Path, step: int, rank: int, timeout: float, poll: float 
     while not path.exists():
         if time.monotonic() >= deadline:
             newest = newest_step(run_dir)
-            shipped = f"newest shipped: step_{newest}" if newest is not None else "nothing shipped yet"
+            shipped = f"newest shipped: {layout.step_name(newest)}" if newest is not None else "nothing shipped yet"
             raise TimeoutError(
                 f"waited {timeout:g}s for batch step {step} rank {rank} at {path} ({shipped}); "
                 "is the orchestrator running and producing rollouts?"
@@ -87,12 +87,7 @@ def read_batch(run_dir: Path, step: int, rank: int, timeout: float, poll: float 
 def _steps(base: Path) -> list[int]:
     if not base.is_dir():
         return []
-    found = []
-    for child in base.iterdir():
-        m = re.fullmatch(r"step_(\d+)", child.name)
-        if m:
-            found.append(int(m.group(1)))
-    return sorted(found)
+    return sorted(n for child in base.iterdir() if (n := layout.parse_step(child.name)) is not None)
 
 
 def newest_step(run_dir: Path) -> int | None:
@@ -105,7 +100,7 @@ def prune_batches(run_dir: Path, keep_from: int) -> None:
     base = batches_dir(run_dir)
     for step in _steps(base):
         if step < keep_from:
-            shutil.rmtree(base / f"step_{step}", ignore_errors=True)
+            shutil.rmtree(layout.step_dir(base, step), ignore_errors=True)
 
 
 class FilesystemBatchSender:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prl import handshake, procinfo
+from prl import handshake, layout, procinfo
 from prl.contracts.monitor import log_time_keyed
 from prl.envs.protocol import ProtocolClient
 
@@ -193,7 +193,7 @@ class StallWatchdog:
         return done[-1] if done else None
 
     def _marker(self, version: int, name: str) -> bool:
-        return (self.broadcasts / f"step_{version}" / name).exists()
+        return (layout.step_dir(self.broadcasts, version) / name).exists()
 
     def _process(self, name: str) -> tuple[int | None, str | None]:
         row = procinfo.read(self.log_dir).get(name) or {}
@@ -237,7 +237,7 @@ class StallWatchdog:
         loaded = self.orch.follower.version if self.orch.follower else None
         if trained is None or (loaded is not None and loaded >= trained) or self._marker(trained, handshake.FINISHED):
             return None
-        where = f"broadcasts/step_{trained}"
+        where = f"broadcasts/{layout.step_name(trained)}"
         if not self._marker(trained, handshake.RECEIVER):
             who = f"the orchestrator to acknowledge weights version {trained}"
             return _verdict("orchestrator", who, f"{where}/.receiver_ready missing", os.getpid())

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from prl import layout
+
 log = logging.getLogger(__name__)
 
 
@@ -110,7 +112,8 @@ class WeightFollower:
             if waited >= timeout:
                 raise TimeoutError(
                     f"waited {waited:.0f}s for the trainer's weights version {version} "
-                    f"(broadcasts/step_{version}); inference serves version {self.version}. Is the trainer running?"
+                    f"(broadcasts/{layout.step_name(version)}); inference serves version {self.version}. "
+                    "Is the trainer running?"
                 )
             self._changed.clear()
             try:

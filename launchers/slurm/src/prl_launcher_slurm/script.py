@@ -30,7 +30,7 @@ from prl.contracts.launcher import ProcessSpec
 
 if TYPE_CHECKING:  # annotations only
     from prl.config.roots import RLConfig, SFTConfig
-    from prl_launcher_slurm.launcher import SlurmLauncher
+    from prl_launcher_slurm.settings import SlurmSettings
 
 TEMPLATE = Path(__file__).parent / "templates" / "job.sbatch.j2"
 LOOPBACK = {"localhost", "127.0.0.1", "::1"}
@@ -74,7 +74,7 @@ def trainer_world(root: Any) -> int:
     return int(getattr(trainer, "num_workers", None) or getattr(root, "num_workers", 1) or 1)
 
 
-def check_layout(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, processes: list[ProcessSpec]) -> None:
+def check_layout(config: SlurmSettings, root: RLConfig | SFTConfig, processes: list[ProcessSpec]) -> None:
     """Node counts and transports that a multi-node job can run, or a one-line error."""
     if not config.num_train_nodes:
         return
@@ -113,7 +113,7 @@ def check_layout(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, proce
         )
 
 
-def write_engines(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, config_dir: Path) -> list[dict]:
+def write_engines(config: SlurmSettings, root: RLConfig | SFTConfig, config_dir: Path) -> list[dict]:
     """Several inference nodes: each runs one engine on ``backend_port`` + its node index,
     bound to every interface (the router on the first inference node reaches it), from its
     own resolved config; [] for one inference node."""
@@ -149,7 +149,7 @@ def _spec_json(spec: ProcessSpec) -> dict:
 
 def write_plan(
     path: Path,
-    config: SlurmLauncher.Config,
+    config: SlurmSettings,
     root: RLConfig | SFTConfig,
     processes: list[ProcessSpec],
     log_dir: Path,
@@ -217,7 +217,7 @@ def render(template: Path | None, values: dict[str, Any]) -> str:
         raise ConfigError(f"{field}: {path} does not render: {exc}") from None
 
 
-def template_values(config: SlurmLauncher.Config, root: RLConfig | SFTConfig, job: Job, attempt: str) -> dict[str, Any]:
+def template_values(config: SlurmSettings, root: RLConfig | SFTConfig, job: Job, attempt: str) -> dict[str, Any]:
     """The variables a template sees (docs/slurm.md lists them)."""
     slurm = getattr(root, "slurm", None)
     run_name = getattr(getattr(root, "run", None), "name", None) or "prl"

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from prl import layout
 from prl_dashboard.runs import NotFound, Run
 
 log = logging.getLogger("prl.dashboard")
@@ -153,8 +154,8 @@ def token_exports(run: Run, trace_id: str, step: Any) -> dict[int, dict[str, Any
     base = run.path / "token_exports"
     if not base.is_dir():
         return {}
-    dirs = sorted(base.glob("step_*"))
-    own = base / f"step_{step}"
+    dirs = sorted(p for p in base.iterdir() if layout.parse_step(p.name) is not None)
+    own = layout.step_dir(base, step)
     if own in dirs:
         dirs.remove(own)
         dirs.insert(0, own)

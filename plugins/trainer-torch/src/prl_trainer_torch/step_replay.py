@@ -166,7 +166,7 @@ def find_inputs(run_dir: Path, step: int, flags: list[str]) -> Inputs:
             f"RUN_DIR: {run_dir} has no token export (token_exports/); "
             "run with trainer.enable_token_export = true to make its steps replayable"
         )
-    step_dir = exports / f"step_{step}"
+    step_dir = layout.step_dir(exports, step)
     batch, record_path = batch_path(run_dir, step, 0), step_dir / STEP_RECORD
     if not (batch.is_file() and record_path.is_file()):
         exported = sorted(s for s, p in layout.step_dirs(exports).items() if (p / STEP_RECORD).is_file())

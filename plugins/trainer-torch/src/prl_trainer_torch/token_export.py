@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import torch
 
+from prl import layout
 from prl.fsutil import write_atomic
 
 if TYPE_CHECKING:  # annotations only
@@ -108,7 +109,7 @@ def sequences(mb: Any) -> Iterator[Sequence]:
 
 def batch_path(run_dir: Path, step: int, rank: int) -> Path:
     """Where rank ``rank``'s exported batch of ``step`` lives."""
-    return Path(run_dir) / "token_exports" / f"step_{step}" / f"batch_rank_{rank}.msgpack"
+    return layout.step_dir(Path(run_dir) / "token_exports", step) / f"batch_rank_{rank}.msgpack"
 
 
 def read_batch(path: Path) -> list[dict[str, Any]]:
@@ -128,7 +129,7 @@ class TokenExporter:
         self._count = 0
 
     def _paths(self, step: int) -> tuple[Path, Path]:
-        final = self.root / f"step_{step}" / f"rank_{self.rank}.jsonl"
+        final = layout.step_dir(self.root, step) / f"rank_{self.rank}.jsonl"
         return final, final.with_name(final.name + ".tmp")
 
     def begin(self, step: int) -> None:
@@ -155,7 +156,7 @@ class TokenExporter:
             return
         keys = {"loss": "loss/all", "grad_norm": "optim/grad_norm", "lr": "optim/lr"}
         record = {"step": self._step, **{k: float(metrics[m]) for k, m in keys.items()}}
-        write_atomic(self.root / f"step_{self._step}" / STEP_RECORD, json.dumps(record) + "\n")
+        write_atomic(layout.step_dir(self.root, self._step) / STEP_RECORD, json.dumps(record) + "\n")
 
     def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
         """Export every real sequence of one micro-batch after its forward pass."""

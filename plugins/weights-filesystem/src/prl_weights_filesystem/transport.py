@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from prl import layout
 from prl.contracts import WeightTransport, WeightTransportConfig
 from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, latest_finished, steps
 from prl.handshake import touch as _touch
@@ -55,7 +56,7 @@ class FilesystemWeights(WeightTransport):
         return self.run_dir / "broadcasts"
 
     def step_dir(self, version: int) -> Path:
-        return self.base / f"step_{version}"
+        return layout.step_dir(self.base, version)
 
     @property
     def timeout(self) -> float:

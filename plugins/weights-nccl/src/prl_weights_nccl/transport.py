@@ -23,6 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
+from prl import layout
 from prl.config.errors import ConfigError
 from prl.contracts import WeightTransport, WeightTransportConfig
 from prl.handshake import FINISHED, RECEIVER, SENDER, STARTED, latest_finished, steps, touch, wait
@@ -72,7 +73,7 @@ class NcclWeights(WeightTransport):
         return self.run_dir / "broadcasts"
 
     def step_dir(self, version: int) -> Path:
-        return self.base / f"step_{version}"
+        return layout.step_dir(self.base, version)
 
     def _world(self) -> int:
         if self.config.inference_world_size is None:
