@@ -48,6 +48,7 @@ TARGETS: dict[str, list[str]] = {
     "algorithms/loss-icepop/src/prl_loss_icepop": ["loss.py"],
     "core/src/prl": ["orchestrator/buffer.py", "orchestrator/packing.py", "orchestrator/offpolicy.py"],
     "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py"],
+    "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py", "weights.py"],
 }
 TESTS = [
     "algorithms/grpo/tests",
@@ -60,6 +61,7 @@ TESTS = [
     "core/tests/conftest.py",
     "core/tests/orchestrator",
     "plugins/trainer-torch/tests",
+    "plugins/inference-torch/tests/engine",
 ]
 # The fast tier only: each mutant reruns the tests that reach its function. The compiled
 # kernel test is left out: torch.compile starts cold in every forked mutant (8 s each, for
