@@ -61,6 +61,8 @@ def test_transformers_sees_the_cached_length():
     # models derive the next token's cache position from it
     kv = prefill([[False, True, True], [True, True, True]])
     assert kv.as_cache().get_seq_length() == 3
+    one_layer = prefill([[True, True]], layers=1)
+    assert one_layer.as_cache().get_seq_length() == 2
 
 
 def test_the_cache_stays_on_the_mask_device_not_the_default_one():

@@ -9,7 +9,14 @@ import math
 
 import pytest
 import torch
-from prl_inference_torch.weights import LoraSet, WeightError, apply_weights, architecture_mismatch, read_lora, read_weights
+from prl_inference_torch.weights import (
+    LoraSet,
+    WeightError,
+    apply_weights,
+    architecture_mismatch,
+    read_lora,
+    read_weights,
+)
 from safetensors.torch import save_file
 
 
