@@ -56,9 +56,8 @@ TARGETS: dict[str, list[str]] = {
     ],
     "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py"],
     "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py", "weights.py"],
-    "renderers/renderers/src/prl_renderers": ["default.py", "convert.py"],
+    "renderers/renderers/src/prl_renderers": ["convert.py"],
     "plugins/weights-filesystem/src/prl_weights_filesystem": ["transport.py"],
-    "plugins/weights-nccl/src/prl_weights_nccl": ["group.py"],
 }
 TESTS = [
     "algorithms/grpo/tests",
@@ -76,7 +75,6 @@ TESTS = [
     "core/tests/envs",
     "renderers/renderers/tests",
     "plugins/weights-filesystem/tests",
-    "plugins/weights-nccl/tests",
 ]
 # The fast tier only: each mutant reruns the tests that reach its function. The compiled
 # kernel test is left out: torch.compile starts cold in every forked mutant (8 s each, for
