@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from prl_weights_filesystem.transport import FilesystemWeights, save_safetensors
@@ -69,25 +70,63 @@ def test_views_tied_weights_and_sharded_tensors_are_written_whole(tmp_path):
     assert torch.equal(loaded["sharded"], base * 10)
 
 
+def publish_in_thread(fn, *args) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - asserted by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
 def test_an_adapter_is_published_in_the_peft_layout(tmp_path):
     sender = FilesystemWeights(FilesystemWeights.Config(timeout=10), tmp_path)
     consumer = FilesystemWeights(FilesystemWeights.Config(timeout=10), tmp_path)
     lora_a = torch.randn(2, 4)
     tensors = {"up.lora_A.weight": lora_a, "up.lora_B.weight": torch.zeros(8, 2), "tied": lora_a}
-    stale = tmp_path / "broadcasts" / "step_1"
-    stale.mkdir(parents=True)
-    (stale / "model.safetensors").write_text("from an earlier attempt")
-    thread = threading.Thread(target=sender.publish_adapter, args=(tensors, {"r": 2, "lora_alpha": 4}, 1))
-    thread.start()
+    thread, errors = publish_in_thread(sender.publish_adapter, tensors, {"r": 2, "lora_alpha": 4}, 1)
     path = consumer.receive(1, timeout=10)
     thread.join(10)
-    assert sorted(p.name for p in stale.iterdir() if not p.name.startswith(".")) == [
+    assert not errors
+    step = tmp_path / "broadcasts" / "step_1"
+    assert path == str(step)
+    assert sorted(p.name for p in step.iterdir() if not p.name.startswith(".")) == [
         "adapter_config.json", "adapter_model.safetensors",
     ]  # fmt: skip
-    assert json.loads((stale / "adapter_config.json").read_text()) == {"r": 2, "lora_alpha": 4}
+    assert json.loads((step / "adapter_config.json").read_text()) == {"r": 2, "lora_alpha": 4}
     loaded = load_file(f"{path}/adapter_model.safetensors")
     assert set(loaded) == set(tensors) and torch.equal(loaded["tied"], lora_a)
-    assert (stale / ".finished").exists() and sender.latest_version() == 1
+    assert (step / ".finished").exists() and sender.latest_version() == 1
+
+
+def test_an_adapter_replaces_what_an_earlier_attempt_left(tmp_path):
+    sender = FilesystemWeights(FilesystemWeights.Config(timeout=10), tmp_path)
+    stale = tmp_path / "broadcasts" / "step_3"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_text("from an earlier attempt")
+    (stale / ".receiver_ready").write_text("0\n")
+    thread, errors = publish_in_thread(sender.publish_adapter, {"a.lora_A.weight": torch.zeros(1, 2)}, {"r": 1}, 3)
+    sender_ready = stale / ".sender_ready"
+    while thread.is_alive() and not sender_ready.exists():
+        time.sleep(0.01)
+    assert not (stale / "model.safetensors").exists() and not (stale / ".finished").exists()
+    (stale / ".receiver_ready").write_text("1\n")
+    thread.join(10)
+    assert not errors and (stale / ".finished").exists()
+
+
+def test_the_consumer_budget_covers_both_waits(tmp_path):
+    consumer = FilesystemWeights(FilesystemWeights.Config(timeout=10), tmp_path)
+    step = tmp_path / "broadcasts" / "step_4"
+    step.mkdir(parents=True)
+    (step / ".sender_ready").write_text("1\n")
+    with pytest.raises(TimeoutError, match=r"waited 0s for the trainer to finish weights version 4"):
+        consumer.receive(4, timeout=0)
 
 
 def test_retention_never_removes_a_version_newer_than_the_published_one(tmp_path):

@@ -31,6 +31,11 @@ def test_without_content_flags_the_sampled_mask_decides_for_the_assistant_only()
     assert out.roles == [T, "user", "user", T, "assistant"]
 
 
+def test_a_conversation_opening_with_the_assistant_trains_only_its_sampled_tokens():
+    out = to_rendered(tokens([0, 0, 1], sampled=[False, True, False]), [MESSAGES[1], MESSAGES[0]])
+    assert out.message_index == [-1, 0, 1] and out.roles == [T, "assistant", "user"]
+
+
 def test_without_flags_every_message_token_is_its_messages():
     out = to_rendered(tokens([-1, 0, 1, 1]), MESSAGES)
     assert out.message_index == [-1, 0, 1, 1]
