@@ -46,8 +46,19 @@ TARGETS: dict[str, list[str]] = {
     "algorithms/loss-ipo/src/prl_loss_ipo": ["loss.py"],
     "algorithms/loss-cispo/src/prl_loss_cispo": ["loss.py"],
     "algorithms/loss-icepop/src/prl_loss_icepop": ["loss.py"],
-    "core/src/prl": ["advantages.py", "orchestrator/buffer.py", "orchestrator/packing.py", "orchestrator/offpolicy.py"],
+    "core/src/prl": [
+        "advantages.py",
+        "orchestrator/buffer.py",
+        "orchestrator/packing.py",
+        "orchestrator/offpolicy.py",
+        "orchestrator/samples.py",
+        "tasks/branches.py",
+        "envs/wire.py",
+    ],
     "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py"],
+    "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py", "weights.py"],
+    "renderers/renderers/src/prl_renderers": ["convert.py"],
+    "plugins/weights-filesystem/src/prl_weights_filesystem": ["transport.py"],
 }
 TESTS = [
     "algorithms/grpo/tests",
@@ -60,6 +71,11 @@ TESTS = [
     "core/tests/conftest.py",
     "core/tests/orchestrator",
     "plugins/trainer-torch/tests",
+    "plugins/inference-torch/tests/engine",
+    "core/tests/tasks",
+    "core/tests/envs",
+    "renderers/renderers/tests",
+    "plugins/weights-filesystem/tests",
 ]
 # The fast tier only: each mutant reruns the tests that reach its function. The compiled
 # kernel test is left out: torch.compile starts cold in every forked mutant (8 s each, for
