@@ -70,6 +70,15 @@ def test_views_tied_weights_and_sharded_tensors_are_written_whole(tmp_path):
     assert torch.equal(loaded["sharded"], base * 10)
 
 
+def test_three_names_of_one_tensor_are_all_written(tmp_path):
+    """A weight tied in three places (embedding, output head, an alias) saves once per name:
+    every name after the first gets its own copy, so no two saved tensors share storage."""
+    base = torch.arange(6.0).reshape(2, 3)
+    save_safetensors({"embed": base, "head": base, "alias": base}, tmp_path)
+    loaded = load_file(str(tmp_path / "model.safetensors"))
+    assert set(loaded) == {"embed", "head", "alias"} and all(torch.equal(t, base) for t in loaded.values())
+
+
 def publish_in_thread(fn, *args) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
 
