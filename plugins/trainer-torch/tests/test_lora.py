@@ -202,3 +202,50 @@ def test_rl_trainer_publishes_the_adapter(tmp_path, tiny_model, rl_config, weigh
     tensors = load_file(str(step / "adapter_model.safetensors"))
     assert len(tensors) == 2 * 3 * run.hf.config.num_hidden_layers
     assert json.loads((step / "adapter_config.json").read_text())["r"] == 4
+
+
+class _TwoLayers(torch.nn.Module):
+    """A biased layer to adapt and an output head that LoRA leaves alone."""
+
+    def __init__(self, dtype=torch.float32) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(3, 2, bias=True, dtype=dtype)
+        self.lm_head = torch.nn.Linear(2, 2, bias=False, dtype=dtype)
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+
+def test_the_layer_adds_alpha_over_rank_times_b_a_to_the_biased_base():
+    torch.manual_seed(0)
+    net = _TwoLayers()
+    w, b = net.up.weight.detach().clone(), net.up.bias.detach().clone()
+    apply_lora(net, LoraConfig(rank=2, alpha=6.0, target_modules=["up", "lm_head"]))
+    assert not isinstance(net.lm_head, LoraLinear)  # the head is never adapted
+    layer = net.up
+    assert layer.scaling == 3.0
+    with torch.no_grad():
+        layer.lora_B.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+    a = layer.lora_A.weight.detach()
+    x = torch.tensor([[1.0, -2.0, 0.5]])
+    by_hand = x @ w.T + b + 3.0 * (x @ a.T) @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]).T
+    torch.testing.assert_close(layer(x), by_hand)
+    torch.testing.assert_close(x @ layer.merged_weight().T + b, by_hand)
+
+
+def test_merging_keeps_the_weights_dtype():
+    net = _TwoLayers(dtype=torch.bfloat16)
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    assert net.up.merged_weight().dtype == torch.bfloat16
+
+
+def test_adapter_tensors_gather_sharded_parameters():
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    full = torch.arange(6.0).reshape(2, 3)
+    # An FSDP2 shard is a DTensor: full_tensor() gathers it; a plain tensor is used as it is.
+    net.up.lora_A.weight.full_tensor = lambda: full
+    tensors = adapter_tensors(net)
+    assert set(tensors) == {"base_model.model.up.lora_A.weight", "base_model.model.up.lora_B.weight"}
+    torch.testing.assert_close(tensors["base_model.model.up.lora_A.weight"], full)
+    torch.testing.assert_close(tensors["base_model.model.up.lora_B.weight"], torch.zeros(2, 2))
