@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -65,12 +65,16 @@ def guard_files(root: Path, test_ids: Iterable[str]) -> list[str]:
     return sorted(files)
 
 
-def module_key(root: Path, module: str, tests: Iterable[str], options: Iterable[str]) -> str:
+def module_key(
+    root: Path, module: str, tests: Iterable[str], options: Iterable[str], locate: Callable[[str], Path] | None = None
+) -> str:
     """Hash of the module's source, its guard tests' content (a deleted file counts as
-    changed) and the pytest options the mutants ran under."""
+    changed) and the pytest options the mutants ran under. ``locate`` finds a repository
+    path's file (default: under ``root``); a run hashes the copies it mutated and tested,
+    so an edit made while it ran is not recorded as measured."""
     digest = hashlib.sha256()
     for name in [module, *sorted(tests)]:
-        path = root / name
+        path = locate(name) if locate is not None else root / name
         digest.update(name.encode() + b"\0")
         digest.update(path.read_bytes() if path.exists() else b"<missing>")
         digest.update(b"\0")

@@ -219,6 +219,15 @@ def collect() -> list[Mutant]:
     return mutants
 
 
+def staged(path: str) -> Path:
+    """Where the stage holds a repository path: a target module under ``src/<package>``,
+    a test at the same relative path."""
+    for src in TARGETS:
+        if path.startswith(src + "/"):
+            return STAGE / "src" / Path(src).name / path.removeprefix(src + "/")
+    return STAGE / path
+
+
 def summarise(mutants: list[Mutant], selected: list[str]) -> dict[str, record.ModuleResult]:
     """Per selected module: its mutants, kills, survivors and the test files that reached
     it (from mutmut's stats), keyed for :func:`record.is_current`."""
@@ -231,10 +240,10 @@ def summarise(mutants: list[Mutant], selected: list[str]) -> dict[str, record.Mo
             tests[path].update(ids)
     results = {}
     for path in selected:
-        guards = record.guard_files(ROOT, tests[path])
+        guards = record.guard_files(STAGE, tests[path])
         mine = [m for m in mutants if dotted.get(m.name.rpartition(".")[0]) == path]
         results[path] = record.ModuleResult(
-            key=record.module_key(ROOT, path, guards, PYTEST_ARGS),
+            key=record.module_key(ROOT, path, guards, PYTEST_ARGS, locate=staged),
             mutants=len(mine),
             killed=sum(m.status in KILLED for m in mine),
             tests=guards,

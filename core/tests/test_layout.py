@@ -262,3 +262,17 @@ def test_orchestrator_saves_at_the_interval_and_the_last_step():
     assert [s for s in range(1, 8) if orch_ckpt.is_due(cfg, s)] == [3, 6, 7]
     assert [s for s in range(1, 8) if orch_ckpt.is_due(NS(max_steps=None, ckpt=CkptConfig(interval=3)), s)] == [3, 6]
     assert not any(orch_ckpt.is_due(NS(max_steps=7), s) for s in range(1, 8))
+
+
+def test_a_fork_target_that_is_not_a_step_or_is_missing_is_named(tmp_path):
+    with pytest.raises(layout.CheckpointNotFound, match=r"--resume.dir must end in step_<digits>, got .*/ckpt"):
+        layout.find_resume(ResumeConfig.model_construct(dir=tmp_path / "ckpt", step=None), tmp_path, RL)
+    with pytest.raises(layout.CheckpointNotFound, match=r"--resume.dir: checkpoint directory not found: .*step_9"):
+        layout.find_resume(ResumeConfig(dir=tmp_path / "step_9"), tmp_path, RL)
+
+
+def test_a_fresh_launch_clears_scratch_another_process_is_deleting(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(layout.shutil, "rmtree", lambda path, ignore_errors=False: seen.append(ignore_errors))
+    layout.clear_scratch(tmp_path, None)
+    assert seen == [True, True]

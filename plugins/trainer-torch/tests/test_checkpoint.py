@@ -191,3 +191,18 @@ def test_an_unreadable_filesystem_keeps_the_original_error(tmp_path, monkeypatch
 
     monkeypatch.setattr(ckpt.os, "statvfs", fail)
     assert ckpt._disk_error(RuntimeError("unexpected pos"), tmp_path, 1) is None
+
+
+class _Payload:
+    """A pickled object that runs code when loaded (what a tampered cursor file could hold)."""
+
+    def __reduce__(self):
+        return (print, ("loaded arbitrary code",))
+
+
+def test_a_data_cursor_file_holding_code_is_refused(tmp_path):
+    base = tmp_path / "step_1" / "trainer" / "dataloader"
+    base.mkdir(parents=True)
+    torch.save({"epoch": _Payload()}, base / "rank_0.pt")
+    with pytest.raises(Exception, match="Weights only load failed"):
+        ckpt.load_loader_state(tmp_path / "step_1", 0)

@@ -10,7 +10,7 @@ import torch
 import typer
 from prl_trainer_torch.checkpoint import complete_steps
 from prl_trainer_torch.cli import add_commands
-from prl_trainer_torch.lora import LoraLinear, adapter_tensors, apply_lora, merge_lora
+from prl_trainer_torch.lora import Adapter, LoraLinear, adapter_config, adapter_tensors, apply_lora, merge_lora
 from prl_trainer_torch.optim import build_optimizer
 from prl_trainer_torch.sft import SFTRun
 from safetensors.torch import load_file
@@ -249,3 +249,71 @@ def test_adapter_tensors_gather_sharded_parameters():
     assert set(tensors) == {"base_model.model.up.lora_A.weight", "base_model.model.up.lora_B.weight"}
     torch.testing.assert_close(tensors["base_model.model.up.lora_A.weight"], full)
     torch.testing.assert_close(tensors["base_model.model.up.lora_B.weight"], torch.zeros(2, 2))
+
+
+def test_an_unknown_target_lists_the_models_layer_names():
+    with pytest.raises(ConfigError, match=r"\(this model has: \['lm_head', 'up'\]\)"):
+        apply_lora(_TwoLayers(), LoraConfig(target_modules=["q_proj"]))
+
+
+def test_adapters_start_like_peft_on_the_base_layers_device_and_dtype():
+    torch.manual_seed(0)
+    net = torch.nn.Module()
+    net.up = torch.nn.Linear(64, 8, dtype=torch.bfloat16)
+    net.get_output_embeddings = lambda: None
+    apply_lora(net, LoraConfig(rank=64, alpha=2.0, target_modules=["up"]))
+    a, b = net.up.lora_A.weight.detach(), net.up.lora_B.weight.detach()
+    assert a.dtype == b.dtype == torch.bfloat16 and net.up.lora_A.bias is None and net.up.lora_B.bias is None
+    # A: kaiming-uniform with a = sqrt(5), i.e. uniform in +-1/sqrt(in_features); B: zeros.
+    bound = 1 / 64**0.5
+    assert float(a.abs().max()) <= bound * 1.01 and float(a.abs().max()) > bound * 0.95
+    assert not b.any()
+    meta = torch.nn.Module()
+    meta.up = torch.nn.Linear(4, 2, device="meta")
+    meta.get_output_embeddings = lambda: None
+    apply_lora(meta, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    assert meta.up.lora_A.weight.device.type == meta.up.lora_B.weight.device.type == "meta"
+
+
+def test_lora_dropout_drops_only_the_adapters_input_in_training():
+    torch.manual_seed(0)
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, dropout=0.5, target_modules=["up"]))
+    torch.nn.init.normal_(net.up.lora_B.weight)
+    x = torch.ones(64, 3)
+    net.train()
+    assert not torch.allclose(net.up(x), net.up(x))
+    net.eval()
+    torch.testing.assert_close(net.up(x), net.up(x))
+
+
+def test_adapter_config_is_peft_s():
+    net = _TwoLayers()
+    adapter = Adapter(net, LoraConfig(rank=4, alpha=8.0, dropout=0.1, target_modules=["up"]), "org/base")
+    assert adapter.modules == ["up"]
+    assert adapter.config == {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": "org/base",
+        "r": 4,
+        "lora_alpha": 8.0,
+        "lora_dropout": 0.1,
+        "target_modules": ["up"],
+        "bias": "none",
+        "use_rslora": False,
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+    assert adapter_config(LoraConfig(), "m", ["a.q_proj", "b.q_proj", "a.v_proj"])["target_modules"] == [
+        "q_proj",
+        "v_proj",
+    ]
+
+
+def test_published_adapter_tensors_are_copies():
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    tensors = adapter_tensors(net)
+    with torch.no_grad():
+        net.up.lora_B.weight.add_(1.0)  # the next step trains on while the copy is sent
+    assert not tensors["base_model.model.up.lora_B.weight"].any()
