@@ -276,3 +276,23 @@ def test_a_fresh_launch_clears_scratch_another_process_is_deleting(tmp_path, mon
     monkeypatch.setattr(layout.shutil, "rmtree", lambda path, ignore_errors=False: seen.append(ignore_errors))
     layout.clear_scratch(tmp_path, None)
     assert seen == [True, True]
+
+
+def test_only_step_directories_are_steps(tmp_path):
+    _save(tmp_path, 2)
+    (tmp_path / "step_5").write_text("a stray file, not a checkpoint")
+    (tmp_path / "notes").mkdir()
+    assert layout.step_dirs(tmp_path) == {2: tmp_path / "step_2"}
+
+
+def test_the_orchestrator_looks_for_checkpoints_where_ckpt_output_dir_says(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    assert orch_ckpt.checkpoint_root(NS(ckpt=CkptConfig(output_dir=elsewhere)), tmp_path / "run") == elsewhere
+    assert orch_ckpt.checkpoint_root(NS(), tmp_path / "run") == tmp_path / "run" / "checkpoints"
+    assert orch_ckpt.resume_dir(NS(), tmp_path / "run") is None  # no [resume]: a fresh run
+
+
+def test_an_explicit_resume_step_needs_only_the_orchestrators_part(tmp_path):
+    _save(tmp_path / "checkpoints", 3, parts=(layout.ORCHESTRATOR,))
+    config = NS(resume=ResumeConfig(step=3), ckpt=None)
+    assert orch_ckpt.resume_dir(config, tmp_path) == tmp_path / "checkpoints" / "step_3"

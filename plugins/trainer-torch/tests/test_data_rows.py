@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace as NS
+from typing import Literal
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from prl_trainer_torch.data import SUBSET_COLUMN, RowRenderer, Sample, load_data
 
 from prl.config.errors import DataError
 from prl.config.roots import SFTDataConfig
+from prl.contracts.renderer import RendererConfig
 from prl.plugins import get_registry
 
 # user "q" then assistant "a": <t> q q <t> a a, the template tokens belong to no message
@@ -115,6 +117,28 @@ def test_a_renderer_is_built_once_per_set_of_column_overrides(tiny_model):
     assert rr.renderer_for({"tpl": "qwen3"}) is rr.renderer_for({"tpl": "qwen3"})
 
 
+class EffortConfig(RendererConfig):
+    """A renderer config with one field a dataset column may set per row."""
+
+    name: Literal["effort-test"] = "effort-test"
+    effort: str | None = None
+
+    def build(self, *, tokenizer: str):
+        renderer = FakeRenderer()
+        renderer.effort = self.effort
+        return renderer
+
+
+def test_a_renderer_column_sets_the_renderers_field_per_row():
+    cfg = SFTDataConfig(name="unused", columns={"renderer": {"effort": "level", "missing": "other"}})
+    rr = RowRenderer(cfg, EffortConfig(), "unused")
+    assert rr.renderer_for({"level": "high", "other": 1}).effort == "high"
+    assert rr.renderer_for({"level": None}).effort is None and rr.renderer_for({}) is rr.renderer_for({"level": None})
+    rr.sample({"messages": CHAT, "level": "low"}, 0, 64)
+    (low,) = [r for key, r in rr._renderers.items() if key == (("effort", "low"),)]
+    assert low.effort == "low" and len(low.calls) == 1  # the row rendered with its own effort
+
+
 def test_samples_that_fill_a_row_exactly_share_it():
     samples = [Sample([1, 2, 3], [2, 3, 4], [True] * 3, 1), Sample([5, 6, 7], [6, 7, 8], [True] * 3, 2)]
     rows = list(pack(iter(samples), 6, pad_id=9))
@@ -207,6 +231,7 @@ def test_a_hub_name_loads_the_snapshot_the_launcher_fetched(tmp_path, monkeypatc
         (["a", "a"], None, ["a-train-0", "a-train-1"]),
         (["a", "a", "b"], ["x", "y", "x"], ["a-x", "a-y", "b-x"]),
         (["a", "a"], ["x", "x"], ["a-x-0", "a-x-1"]),
+        (None, ["train", "train"], ["default-train-0", "default-train-1"]),
     ],
 )
 def test_subset_labels_are_the_first_names_that_tell_parts_apart(subsets, splits, labels):

@@ -81,6 +81,13 @@ def test_a_resumed_loader_continues_where_the_cursor_stopped():
     assert resumed.state_dict() == ld.state_dict()
 
 
+def test_a_cursor_without_subset_counts_resumes_with_none():
+    ld = loader(Stream(n=5))
+    ld.load_state_dict({"epoch": 0, "rows": 3})  # a checkpoint from before the counts
+    assert ld.seen_samples == {} and ld.seen_tokens == {}
+    assert first_ids(ld.next_step()) == [3, 4]
+
+
 def test_a_stream_with_nothing_to_train_is_an_error_not_a_hang():
     ld = loader(Stream(n=0))
     with pytest.raises(DataError, match="yields no trainable samples"):
@@ -128,13 +135,20 @@ def test_epoch_positions_take_every_strideth_row(tmp_path, monkeypatch):
 
 
 def test_fake_data_is_endless_random_documents_all_trained():
-    source = SampleSource(cfg(type="fake", seq_len=16, seed=1), vocab=50)
+    source = SampleSource(cfg(type="fake", seq_len=64, seed=1), vocab=3)
     assert len(source) == 1 << 30 and source.labels() == []
-    docs = [s for s, _ in zip(source.epoch(0), range(200), strict=False)]
+    docs = [s for s, _ in zip(source.epoch(0), range(300), strict=False)]
     lengths = {len(s.inputs) for s in docs}
-    assert min(lengths) == 2 and max(lengths) == 16  # 1/8 (at least 2) to all of seq_len
+    assert min(lengths) == 8 and max(lengths) == 64  # 1/8 of seq_len to all of it
     assert all(all(s.mask) and s.targets[:-1] == s.inputs[1:] for s in docs)
-    assert all(0 <= t < 50 for s in docs for t in s.inputs + s.targets)
+    assert {t for s in docs for t in s.inputs + s.targets} == {0, 1, 2}  # the whole vocabulary
+    short = SampleSource(cfg(type="fake", seq_len=8, seed=1), vocab=3)
+    assert min(len(s.inputs) for s, _ in zip(short.epoch(0), range(100), strict=False)) == 2  # never below 2
+    later = SampleSource(cfg(type="fake", seq_len=64, seed=2), vocab=3)
+    # epoch e of seed s draws what epoch 0 of seed s + e draws
+    assert [s.inputs for s, _ in zip(source.epoch(1), range(3), strict=False)] == [
+        s.inputs for s, _ in zip(later.epoch(0), range(3), strict=False)
+    ]
     again = [s.inputs for s, _ in zip(source.epoch(0), range(5), strict=False)]
     assert again == [s.inputs for s in docs[:5]]
     assert [s.inputs for s, _ in zip(source.epoch(1), range(5), strict=False)] != again

@@ -252,8 +252,12 @@ def test_adapter_tensors_gather_sharded_parameters():
 
 
 def test_an_unknown_target_lists_the_models_layer_names():
+    net = torch.nn.Module()
+    net.model = torch.nn.Module()
+    net.model.block = _TwoLayers()  # layers named model.block.up and model.block.lm_head
+    net.get_output_embeddings = lambda: None
     with pytest.raises(ConfigError, match=r"\(this model has: \['lm_head', 'up'\]\)"):
-        apply_lora(_TwoLayers(), LoraConfig(target_modules=["q_proj"]))
+        apply_lora(net, LoraConfig(target_modules=["q_proj"]))
 
 
 def test_adapters_start_like_peft_on_the_base_layers_device_and_dtype():
@@ -304,9 +308,10 @@ def test_adapter_config_is_peft_s():
         "fan_in_fan_out": False,
         "inference_mode": True,
     }
-    assert adapter_config(LoraConfig(), "m", ["a.q_proj", "b.q_proj", "a.v_proj"])["target_modules"] == [
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj", "model.layers.0.mlp.up_proj"]
+    assert adapter_config(LoraConfig(), "m", names)["target_modules"] == [
         "q_proj",
-        "v_proj",
+        "up_proj",
     ]
 
 

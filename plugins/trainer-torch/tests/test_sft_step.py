@@ -67,7 +67,8 @@ def test_a_step_trains_the_mean_nll_of_its_loss_tokens(run):
 
 
 def test_validation_is_the_mean_nll_over_every_validation_token(run):
-    nll, count = by_hand(run.hf, run.val)
+    with torch.no_grad():
+        nll, count = by_hand(run.hf, run.val)
     got = run.validate()
     assert got["val/loss"] == pytest.approx(float(nll) / count, rel=1e-4)
     assert got["val/perplexity"] == pytest.approx(math.exp(float(nll) / count), rel=1e-4)
@@ -141,3 +142,27 @@ def test_the_rank_entry_point_runs_a_resolved_config(tmp_path, tiny_model, rever
     path.write_text(cfg.model_dump_json())
     assert sft.main([str(path)]) == 0
     assert (tmp_path / "outputs" / "t" / "checkpoints" / "step_1" / "trainer" / "COMPLETE").exists()
+
+
+def test_each_rank_validates_its_share_of_the_rows(run, monkeypatch):
+    everything = [r.input_ids.tolist() for r in run.val]
+    monkeypatch.setattr(run, "dist", NS(rank=1, world=2, device=torch.device("cpu")))
+    share = run._val_rows(str(run.config.model.name), run.hf.config.vocab_size)
+    assert [r.input_ids.tolist() for r in share] == everything[1::2]
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_online_eval_publishes_the_start_weights_and_plans_the_later_versions(tmp_path, monkeypatch, main):
+    import prl_trainer_torch.rl as rl
+
+    published = []
+    monkeypatch.setattr(rl, "publish_weights", lambda *args: published.append(args))
+    run = SFTRun.__new__(SFTRun)  # only what start_broadcasts reads
+    run.progress, run.total, run.run_dir = {"step": 2}, 10, tmp_path
+    run.config, run.dist = NS(eval=NS(interval=3)), NS(is_main=main)
+    run.hf, run.transport = "model", "transport"
+    run.start_broadcasts()
+    assert run.broadcast_at == {3, 6, 9, 10}  # every 3rd step after the start, and the last
+    assert published == [("model", "transport", run.dist, 2)]
+    plan = tmp_path / "broadcasts"
+    assert plan.exists() == main  # rank 0 writes the plan the orchestrator reads
