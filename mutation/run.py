@@ -42,8 +42,12 @@ RESULTS = ROOT / "mutation" / "results.json"
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # the venv running this script
 
 # The learning-critical modules: advantages of every algorithm, every loss and the shared
-# loss pieces, the orchestrator's buffer, packing and off-policy control, and the trainer's
-# RL step and log-probs. Package source dir -> modules mutated in it.
+# loss pieces, the orchestrator's buffer, packing and off-policy control, the trainer's RL
+# step and log-probs, its optimizer and schedule, LoRA, the SFT data path (masks, shifts,
+# packing, steps) and checkpoint save/resume with the layout that picks the resume step.
+# Package source dir -> modules mutated in it. (sft.py, the SFT loop and its loss, is not
+# here yet: its 642 mutants each run whole tiny-model SFT runs, over half an hour on two
+# cores, and no run of it has finished to record; test_sft_step.py checks its loss by hand.)
 TARGETS: dict[str, list[str]] = {
     "algorithms/grpo/src/prl_algo_grpo": ["algorithm.py", "tokens.py"],
     "algorithms/max-rl/src/prl_algo_max_rl": ["algorithm.py"],
@@ -66,7 +70,6 @@ TARGETS: dict[str, list[str]] = {
         "lora.py",
         "data.py",
         "loader.py",
-        "sft.py",
         "checkpoint.py",
     ],
 }
