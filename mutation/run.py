@@ -84,6 +84,7 @@ TESTS = [
     "core/tests/conftest.py",
     "core/tests/orchestrator",
     "core/tests/test_layout.py",
+    "core/tests/test_layout_retention.py",
     "plugins/trainer-torch/tests",
 ]
 # The fast tier only: each mutant reruns the tests that reach its function. The compiled
