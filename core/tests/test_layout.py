@@ -158,3 +158,141 @@ def test_clean_after_a_resume_step_keeps_earlier_steps(tmp_path):
     layout.clean_after(tmp_path, tmp_path / "checkpoints", 2)
     for sub in ("checkpoints", *layout.SCRATCH):
         assert _steps(tmp_path / sub) == [1, 2], sub
+
+
+def test_a_missing_resume_target_is_a_resume_error_naming_both_parts(tmp_path):
+    with pytest.raises(layout.CheckpointNotFound) as err:
+        layout.find_resume(ResumeConfig(), tmp_path, RL)
+    assert err.value.title == "Resume error"  # the heading the CLI prints above the message
+    assert "trainer/COMPLETE and orchestrator/COMPLETE" in str(err.value)
+
+
+def test_resume_step_is_this_runs_step_and_none_for_a_fork_or_a_fresh_run(tmp_path):
+    root = tmp_path / "checkpoints"
+    _save(root, 2)
+    _save(root, 5)
+    assert layout.resume_step(ResumeConfig(), root, RL) == 5
+    assert layout.resume_step(ResumeConfig(step=2), root, RL) == 2
+    assert layout.resume_step(None, root, RL) is None
+    other = _save(tmp_path / "other", 3)
+    assert layout.resume_step(ResumeConfig(dir=other), root, RL) is None
+
+
+def _scratch(run: Path, steps) -> None:
+    for sub in layout.SCRATCH:
+        for step in steps:
+            (run / sub / f"step_{step}" / "x").mkdir(parents=True)
+
+
+def test_a_fresh_launch_clears_batches_and_broadcasts(tmp_path):
+    _scratch(tmp_path, (1, 2))
+    (tmp_path / "checkpoints").mkdir()
+    layout.clear_scratch(tmp_path, None)
+    assert not (tmp_path / "batches").exists() and not (tmp_path / "broadcasts").exists()
+    assert (tmp_path / "checkpoints").is_dir()
+
+
+def test_a_resume_from_n_keeps_batches_to_n_and_broadcasts_before_n(tmp_path):
+    _scratch(tmp_path, (1, 2, 3, 4))
+    layout.clear_scratch(tmp_path, 3)
+    assert _steps(tmp_path / "batches") == [1, 2, 3]
+    assert _steps(tmp_path / "broadcasts") == [1, 2]  # version 3 is broadcast again at start
+
+
+def test_removing_later_steps_goes_through_read_only_leftovers(tmp_path, monkeypatch):
+    _save(tmp_path, 1)
+    _save(tmp_path, 2)
+    seen = []
+    real = layout.shutil.rmtree
+
+    def rmtree(path, ignore_errors=False):
+        seen.append(ignore_errors)
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(layout.shutil, "rmtree", rmtree)
+    assert layout.remove_steps_after(tmp_path, 1) == [2]
+    # A step another process is deleting at the same time must not fail the launch.
+    assert seen == [True] and _steps(tmp_path) == [1]
+
+
+# ---- the orchestrator's part ------------------------------------------------------------
+def test_orchestrator_state_round_trips_and_marks_its_part(tmp_path):
+    state = {"step": 4, "rng": [1, 2, 3], "sources": {"alpha": {"cursor": 9}}}
+    path = orch_ckpt.save_state(tmp_path, 4, state)
+    assert path == tmp_path / "step_4" / "orchestrator" / "progress.pt"
+    assert layout.is_complete(tmp_path / "step_4", (layout.ORCHESTRATOR,))
+    assert orch_ckpt.load_state(tmp_path / "step_4") == state
+    with pytest.raises(FileNotFoundError, match=r"--resume: orchestrator state .*step_5.*progress.pt is missing"):
+        orch_ckpt.load_state(tmp_path / "step_5")
+
+
+def test_orchestrator_state_reaches_the_disk_before_its_marker(tmp_path, monkeypatch):
+    import os
+
+    from prl import fsutil
+
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(fsutil.os, "fsync", fsync)
+    orch_ckpt.save_state(tmp_path, 1, {"step": 1})
+    assert any("progress.pt" in p for p in synced)
+
+
+def test_orchestrator_save_on_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from prl.config.errors import HostError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", "progress.pt")
+
+    monkeypatch.setattr(orch_ckpt, "write_atomic", full)
+    with pytest.raises(HostError, match=r"writing checkpoint .*step_1: No space left on device \(progress.pt\)"):
+        orch_ckpt.save_state(tmp_path, 1, {"step": 1})
+    assert not layout.is_complete(tmp_path / "step_1", (layout.ORCHESTRATOR,))
+
+
+def test_orchestrator_saves_at_the_interval_and_the_last_step():
+    cfg = NS(max_steps=7, ckpt=CkptConfig(interval=3))
+    assert [s for s in range(1, 8) if orch_ckpt.is_due(cfg, s)] == [3, 6, 7]
+    assert [s for s in range(1, 8) if orch_ckpt.is_due(NS(max_steps=None, ckpt=CkptConfig(interval=3)), s)] == [3, 6]
+    assert not any(orch_ckpt.is_due(NS(max_steps=7), s) for s in range(1, 8))
+
+
+def test_a_fork_target_that_is_not_a_step_or_is_missing_is_named(tmp_path):
+    with pytest.raises(layout.CheckpointNotFound, match=r"--resume.dir must end in step_<digits>, got .*/ckpt"):
+        layout.find_resume(ResumeConfig.model_construct(dir=tmp_path / "ckpt", step=None), tmp_path, RL)
+    with pytest.raises(layout.CheckpointNotFound, match=r"--resume.dir: checkpoint directory not found: .*step_9"):
+        layout.find_resume(ResumeConfig(dir=tmp_path / "step_9"), tmp_path, RL)
+
+
+def test_a_fresh_launch_clears_scratch_another_process_is_deleting(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(layout.shutil, "rmtree", lambda path, ignore_errors=False: seen.append(ignore_errors))
+    layout.clear_scratch(tmp_path, None)
+    assert seen == [True, True]
+
+
+def test_only_step_directories_are_steps(tmp_path):
+    _save(tmp_path, 2)
+    (tmp_path / "step_5").write_text("a stray file, not a checkpoint")
+    (tmp_path / "notes").mkdir()
+    assert layout.step_dirs(tmp_path) == {2: tmp_path / "step_2"}
+
+
+def test_the_orchestrator_looks_for_checkpoints_where_ckpt_output_dir_says(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    assert orch_ckpt.checkpoint_root(NS(ckpt=CkptConfig(output_dir=elsewhere)), tmp_path / "run") == elsewhere
+    assert orch_ckpt.checkpoint_root(NS(), tmp_path / "run") == tmp_path / "run" / "checkpoints"
+    assert orch_ckpt.resume_dir(NS(), tmp_path / "run") is None  # no [resume]: a fresh run
+
+
+def test_an_explicit_resume_step_needs_only_the_orchestrators_part(tmp_path):
+    _save(tmp_path / "checkpoints", 3, parts=(layout.ORCHESTRATOR,))
+    config = NS(resume=ResumeConfig(step=3), ckpt=None)
+    assert orch_ckpt.resume_dir(config, tmp_path) == tmp_path / "checkpoints" / "step_3"

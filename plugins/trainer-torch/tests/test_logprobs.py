@@ -41,6 +41,26 @@ def test_compiled_chunk_kernels_match(monkeypatch):
     _check_against_full_softmax(torch.float32, 1e-4)
 
 
+def test_compiling_routes_both_chunk_kernels_through_torch_compile(monkeypatch):
+    # What compile_chunks hands to torch.compile, without paying for a compile: a stand-in
+    # that counts the calls of each kernel it was given (the real one is checked above, in
+    # the full tier).
+    calls = {}
+
+    def fake_compile(fn):
+        def compiled(*args):
+            calls[fn.__name__] = calls.get(fn.__name__, 0) + 1
+            return fn(*args)
+
+        return compiled
+
+    monkeypatch.setattr(logprobs, "_KERNELS", dict(logprobs._KERNELS))
+    monkeypatch.setattr(logprobs.torch, "compile", fake_compile)
+    logprobs.compile_chunks()
+    _check_against_full_softmax(torch.float32, 1e-4)
+    assert calls == {"_chunk_forward": 10, "_chunk_grad": 10}  # 2 x 37 tokens in chunks of 8
+
+
 def test_without_entropy_returns_zeros_and_logp_grads_only():
     torch.manual_seed(0)
     h = torch.randn(9, 8, requires_grad=True)

@@ -10,7 +10,7 @@ import torch
 import typer
 from prl_trainer_torch.checkpoint import complete_steps
 from prl_trainer_torch.cli import add_commands
-from prl_trainer_torch.lora import LoraLinear, adapter_tensors, apply_lora, merge_lora
+from prl_trainer_torch.lora import Adapter, LoraLinear, adapter_config, adapter_tensors, apply_lora, merge_lora
 from prl_trainer_torch.optim import build_optimizer
 from prl_trainer_torch.sft import SFTRun
 from safetensors.torch import load_file
@@ -202,3 +202,123 @@ def test_rl_trainer_publishes_the_adapter(tmp_path, tiny_model, rl_config, weigh
     tensors = load_file(str(step / "adapter_model.safetensors"))
     assert len(tensors) == 2 * 3 * run.hf.config.num_hidden_layers
     assert json.loads((step / "adapter_config.json").read_text())["r"] == 4
+
+
+class _TwoLayers(torch.nn.Module):
+    """A biased layer to adapt and an output head that LoRA leaves alone."""
+
+    def __init__(self, dtype=torch.float32) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(3, 2, bias=True, dtype=dtype)
+        self.lm_head = torch.nn.Linear(2, 2, bias=False, dtype=dtype)
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+
+def test_the_layer_adds_alpha_over_rank_times_b_a_to_the_biased_base():
+    torch.manual_seed(0)
+    net = _TwoLayers()
+    w, b = net.up.weight.detach().clone(), net.up.bias.detach().clone()
+    apply_lora(net, LoraConfig(rank=2, alpha=6.0, target_modules=["up", "lm_head"]))
+    assert not isinstance(net.lm_head, LoraLinear)  # the head is never adapted
+    layer = net.up
+    assert layer.scaling == 3.0
+    with torch.no_grad():
+        layer.lora_B.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+    a = layer.lora_A.weight.detach()
+    x = torch.tensor([[1.0, -2.0, 0.5]])
+    by_hand = x @ w.T + b + 3.0 * (x @ a.T) @ torch.tensor([[1.0, 0.0], [0.0, 2.0]]).T
+    torch.testing.assert_close(layer(x), by_hand)
+    torch.testing.assert_close(x @ layer.merged_weight().T + b, by_hand)
+
+
+def test_merging_keeps_the_weights_dtype():
+    net = _TwoLayers(dtype=torch.bfloat16)
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    assert net.up.merged_weight().dtype == torch.bfloat16
+
+
+def test_adapter_tensors_gather_sharded_parameters():
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    full = torch.arange(6.0).reshape(2, 3)
+    # An FSDP2 shard is a DTensor: full_tensor() gathers it; a plain tensor is used as it is.
+    net.up.lora_A.weight.full_tensor = lambda: full
+    tensors = adapter_tensors(net)
+    assert set(tensors) == {"base_model.model.up.lora_A.weight", "base_model.model.up.lora_B.weight"}
+    torch.testing.assert_close(tensors["base_model.model.up.lora_A.weight"], full)
+    torch.testing.assert_close(tensors["base_model.model.up.lora_B.weight"], torch.zeros(2, 2))
+
+
+def test_an_unknown_target_lists_the_models_layer_names():
+    net = torch.nn.Module()
+    net.model = torch.nn.Module()
+    net.model.block = _TwoLayers()  # layers named model.block.up and model.block.lm_head
+    net.get_output_embeddings = lambda: None
+    with pytest.raises(ConfigError, match=r"\(this model has: \['lm_head', 'up'\]\)"):
+        apply_lora(net, LoraConfig(target_modules=["q_proj"]))
+
+
+def test_adapters_start_like_peft_on_the_base_layers_device_and_dtype():
+    torch.manual_seed(0)
+    net = torch.nn.Module()
+    net.up = torch.nn.Linear(64, 8, dtype=torch.bfloat16)
+    net.get_output_embeddings = lambda: None
+    apply_lora(net, LoraConfig(rank=64, alpha=2.0, target_modules=["up"]))
+    a, b = net.up.lora_A.weight.detach(), net.up.lora_B.weight.detach()
+    assert a.dtype == b.dtype == torch.bfloat16 and net.up.lora_A.bias is None and net.up.lora_B.bias is None
+    # A: kaiming-uniform with a = sqrt(5), i.e. uniform in +-1/sqrt(in_features); B: zeros.
+    bound = 1 / 64**0.5
+    assert float(a.abs().max()) <= bound * 1.01 and float(a.abs().max()) > bound * 0.95
+    assert not b.any()
+    meta = torch.nn.Module()
+    meta.up = torch.nn.Linear(4, 2, device="meta")
+    meta.get_output_embeddings = lambda: None
+    apply_lora(meta, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    assert meta.up.lora_A.weight.device.type == meta.up.lora_B.weight.device.type == "meta"
+
+
+def test_lora_dropout_drops_only_the_adapters_input_in_training():
+    torch.manual_seed(0)
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, dropout=0.5, target_modules=["up"]))
+    torch.nn.init.normal_(net.up.lora_B.weight)
+    x = torch.ones(64, 3)
+    net.train()
+    assert not torch.allclose(net.up(x), net.up(x))
+    net.eval()
+    torch.testing.assert_close(net.up(x), net.up(x))
+
+
+def test_adapter_config_is_peft_s():
+    net = _TwoLayers()
+    adapter = Adapter(net, LoraConfig(rank=4, alpha=8.0, dropout=0.1, target_modules=["up"]), "org/base")
+    assert adapter.modules == ["up"]
+    assert adapter.config == {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": "org/base",
+        "r": 4,
+        "lora_alpha": 8.0,
+        "lora_dropout": 0.1,
+        "target_modules": ["up"],
+        "bias": "none",
+        "use_rslora": False,
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj", "model.layers.0.mlp.up_proj"]
+    assert adapter_config(LoraConfig(), "m", names)["target_modules"] == [
+        "q_proj",
+        "up_proj",
+    ]
+
+
+def test_published_adapter_tensors_are_copies():
+    net = _TwoLayers()
+    apply_lora(net, LoraConfig(rank=2, alpha=2.0, target_modules=["up"]))
+    tensors = adapter_tensors(net)
+    with torch.no_grad():
+        net.up.lora_B.weight.add_(1.0)  # the next step trains on while the copy is sent
+    assert not tensors["base_model.model.up.lora_B.weight"].any()

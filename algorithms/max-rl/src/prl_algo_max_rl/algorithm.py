@@ -33,7 +33,6 @@ class MaxRL(Algorithm):
     def score_group(self, group: list[Trace]) -> None:
         if not group:
             return
-        rewards = [float(t.reward) for t in group]
-        mean = sum(rewards) / len(rewards)
-        for trace, reward in zip(group, rewards, strict=True):
-            assign(trace, (reward - mean) / mean if mean > 0 else 0.0)
+        mean = sum(float(t.reward) for t in group) / len(group)
+        for trace in group:
+            assign(trace, (float(trace.reward) - mean) / mean if mean > 0 else 0.0)
