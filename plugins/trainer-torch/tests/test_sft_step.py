@@ -11,7 +11,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
-from prl_trainer_torch import sft
+from prl_trainer_torch import common, sft
 from prl_trainer_torch.optim import lr_factor
 from prl_trainer_torch.sft import SFTRun
 
@@ -119,16 +119,16 @@ def test_rank_sums_add_every_ranks_values(monkeypatch):
         assert t.dtype == torch.float64
         t += torch.tensor([10.0, 20.0], dtype=torch.float64)
 
-    monkeypatch.setattr(sft.tdist, "all_reduce", all_reduce)
-    assert sft._all_sum([1.5, 2.0], NS(world=2, device=torch.device("cpu"))) == [11.5, 22.0]
-    assert sft._all_sum([1.5, 2.0], NS(world=1, device=torch.device("cpu"))) == [1.5, 2.0]
+    monkeypatch.setattr(common.tdist, "all_reduce", all_reduce)
+    assert common.all_sum([1.5, 2.0], NS(world=2, device=torch.device("cpu"))) == [11.5, 22.0]
+    assert common.all_sum([1.5, 2.0], NS(world=1, device=torch.device("cpu"))) == [1.5, 2.0]
 
 
 def test_the_run_directory_is_run_dir_else_run_name():
-    assert sft.run_dir_of(NS(output_dir="out", run=NS(dir=None, name="a"))) == Path("out/a")
-    assert sft.run_dir_of(NS(output_dir="out", run=NS(dir="d", name="a"))) == Path("out/d")
+    assert common.run_dir_of(NS(output_dir="out", run=NS(dir=None, name="a"))) == Path("out/a")
+    assert common.run_dir_of(NS(output_dir="out", run=NS(dir="d", name="a"))) == Path("out/d")
     with pytest.raises(ValueError, match="run.name: the run has no name"):
-        sft.run_dir_of(NS(output_dir="out", run=NS(dir=None, name=None)))
+        common.run_dir_of(NS(output_dir="out", run=NS(dir=None, name=None)))
 
 
 def test_the_rank_entry_point_names_its_usage(capsys):
@@ -153,10 +153,9 @@ def test_each_rank_validates_its_share_of_the_rows(run, monkeypatch):
 
 @pytest.mark.parametrize("main", [True, False])
 def test_online_eval_publishes_the_start_weights_and_plans_the_later_versions(tmp_path, monkeypatch, main):
-    import prl_trainer_torch.rl as rl
 
     published = []
-    monkeypatch.setattr(rl, "publish_weights", lambda *args: published.append(args))
+    monkeypatch.setattr(sft, "publish_weights", lambda *args: published.append(args))
     run = SFTRun.__new__(SFTRun)  # only what start_broadcasts reads
     run.progress, run.total, run.run_dir = {"step": 2}, 10, tmp_path
     run.config, run.dist = NS(eval=NS(interval=3)), NS(is_main=main)
