@@ -24,11 +24,15 @@ def _crashed(root: Path, step: int) -> None:
     layout.begin(layout.step_dir(root, step), layout.TRAINER)
 
 
-def test_keep_interval_alone_keeps_only_its_multiples(tmp_path):
-    for step in (1, 2, 3, 4):
+def test_keep_interval_alone_keeps_its_multiples_and_the_newest_step(tmp_path):
+    for step in (1, 2, 3, 4, 5):
         _save(tmp_path, step)
+    # step 5 is not a multiple of 2, but it is the step a resume loads: it stays.
     assert layout.retain(tmp_path, CkptConfig(keep_interval=2), RL) == [1, 3]
-    assert list(layout.step_dirs(tmp_path)) == [2, 4]
+    assert list(layout.step_dirs(tmp_path)) == [2, 4, 5]
+    _save(tmp_path, 7)
+    assert layout.retain(tmp_path, CkptConfig(keep_interval=2), RL) == [5]
+    assert list(layout.step_dirs(tmp_path)) == [2, 4, 7]
 
 
 def test_without_a_complete_step_nothing_is_deleted(tmp_path):

@@ -156,8 +156,9 @@ def save_due(ckpt: Any, step: int, final: bool) -> bool:
 def retain(root: str | os.PathLike, ckpt: Any, components: tuple[str, ...], upto: int | None = None) -> list[int]:
     """Delete the step directories ``ckpt.keep_last`` / ``ckpt.keep_interval`` do not keep.
 
-    Kept: the newest ``keep_last`` complete steps and every multiple of ``keep_interval``.
-    Never touched: steps after ``upto`` (the step just saved) and incomplete steps newer
+    Kept: the newest ``keep_last`` complete steps, every multiple of ``keep_interval``, and
+    always the newest complete step (what ``--resume`` loads: with ``keep_interval`` alone it
+    would otherwise be deleted right after it was saved). Never touched: steps after ``upto`` (the step just saved) and incomplete steps newer
     than the newest complete one, since another component may still be writing them (the
     orchestrator saves step N before the trainer does) or an earlier attempt left them past
     a resume point. With both fields None nothing is deleted. Returns the deleted steps.
@@ -170,7 +171,7 @@ def retain(root: str | os.PathLike, ckpt: Any, components: tuple[str, ...], upto
     if ckpt.keep_interval:
         keep |= {n for n in dirs if n % ckpt.keep_interval == 0}
     newest = complete[-1] if complete else -1
-    keep |= {n for n in dirs if n > newest}
+    keep |= {n for n in dirs if n >= newest}
     gone = [n for n in dirs if n not in keep]
     for n in gone:
         shutil.rmtree(dirs[n], ignore_errors=True)

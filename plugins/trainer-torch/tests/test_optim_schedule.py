@@ -62,3 +62,19 @@ def test_an_fsdp_run_reports_the_whole_models_gradient_norm(monkeypatch):
     monkeypatch.setattr(optim.torch.nn.utils, "clip_grad_norm_", lambda params, max_norm: _Sharded())
     assert optimizer_step(opt, model, 1.0) == 5.0
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("min_lr_ratio", [0.0, 0.1])
+def test_linear_decay_never_goes_below_its_floor_after_the_last_step(min_lr_ratio):
+    """A finished run leaves the factor of step `total` in the optimizer; extending the run
+    with a larger max_steps must not train at a negative (or below-floor) learning rate."""
+    cfg = SchedulerConfig(type="linear", warmup_steps=0, decay_steps=4, min_lr_ratio=min_lr_ratio)
+    assert lr_factor(3, 4, cfg) == pytest.approx(min_lr_ratio)  # the last step reaches the floor
+    for step in (4, 5, 9):
+        assert lr_factor(step, 4, cfg) == pytest.approx(min_lr_ratio)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+    sched = build_scheduler(opt, cfg, 4)
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(3e-3 * min_lr_ratio)

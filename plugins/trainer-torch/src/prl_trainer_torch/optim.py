@@ -75,7 +75,9 @@ def lr_factor(step: int, total: int, sched: Any) -> float:
         start = total - d
         if d <= 0 or step < start:
             return 1.0
-        return 1.0 - (1.0 - r) * (step - start + 1) / d
+        # Past the last step (the factor the scheduler leaves in the optimizer when a run
+        # ends, which a resume with a larger max_steps would train with) it stays at r.
+        return max(r, 1.0 - (1.0 - r) * (step - start + 1) / d)
     span = max(total - w, 1)
     p = min((step - w) / span, 1.0)
     return r + (1.0 - r) * 0.5 * (1.0 + math.cos(math.pi * p))
