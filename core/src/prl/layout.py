@@ -158,10 +158,11 @@ def retain(root: str | os.PathLike, ckpt: Any, components: tuple[str, ...], upto
 
     Kept: the newest ``keep_last`` complete steps, every multiple of ``keep_interval``, and
     always the newest complete step (what ``--resume`` loads: with ``keep_interval`` alone it
-    would otherwise be deleted right after it was saved). Never touched: steps after ``upto`` (the step just saved) and incomplete steps newer
-    than the newest complete one, since another component may still be writing them (the
-    orchestrator saves step N before the trainer does) or an earlier attempt left them past
-    a resume point. With both fields None nothing is deleted. Returns the deleted steps.
+    would otherwise be deleted right after it was saved). Never touched: steps after
+    ``upto`` (the step just saved) and incomplete steps newer than the newest complete one,
+    since another component may still be writing them (the orchestrator saves step N before
+    the trainer does) or an earlier attempt left them past a resume point. With both fields
+    None nothing is deleted. Returns the deleted steps.
     """
     if ckpt is None or (ckpt.keep_last is None and ckpt.keep_interval is None):
         return []
