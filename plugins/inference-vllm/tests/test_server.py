@@ -75,12 +75,15 @@ def test_openai_replies_name_the_policy_version(http: httpx.Client, vllm_server)
 
 def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Client, vllm_server) -> None:
     """A long request keeps running across an update; its spans say which version sampled what."""
-    for _attempt in range(3):
-        outcome = _update_during_a_long_request(http, str(vllm_server["model_dir"]))
+    delay, outcome = 0.0, None
+    for _attempt in range(8):
+        outcome, sampled = _update_during_a_long_request(http, str(vllm_server["model_dir"]), delay)
         if outcome is not None:
             break
-    else:
-        pytest.fail("three 400-token requests each finished before /pause reached the server")
+        # Paused before the first token: wait a little longer; after the last: pause at once.
+        delay = delay + 0.05 if sampled == 0 else delay / 4
+    if outcome is None:
+        pytest.fail("eight 400-token requests were each paused before their first or after their last token")
     old, new, result = outcome
     choice = result["choices"][0]
     spans = choice["weight_versions"]
@@ -92,10 +95,15 @@ def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Cl
     assert http.get("/health").json() == {"status": "ok", "version": new, "paused": False}
 
 
-def _update_during_a_long_request(http: httpx.Client, model_dir: str) -> tuple[int, int, dict] | None:
-    """Start a 400-token request, pause once it has sampled, update, resume. None when the
-    request had already finished when the pause landed (a loaded CI machine can be that slow
-    to deliver /pause), so the caller tries again instead of asserting on the wrong case."""
+def _update_during_a_long_request(
+    http: httpx.Client, model_dir: str, delay: float
+) -> tuple[tuple[int, int, dict] | None, float]:
+    """Start a 400-token request, pause ``delay`` seconds later, update, resume.
+
+    Returns the versions and the reply, or None and the tokens sampled before the pause when
+    the pause froze the request before its first token or after its last. The pause is sent
+    without first polling for a sampled token: on a loaded CPU a tiny model samples all 400
+    tokens in the time a metrics poll and a pause take to reach the server."""
     old = http.get("/health").json()["version"]
     result: list[dict] = []
 
@@ -108,23 +116,20 @@ def _update_during_a_long_request(http: httpx.Client, model_dir: str) -> tuple[i
     baseline = generated_tokens(http)
     worker = threading.Thread(target=long_request)
     worker.start()
-    # Update once the request has sampled its first tokens with the old weights.
-    deadline = time.monotonic() + 60
-    while generated_tokens(http) <= baseline and time.monotonic() < deadline:
-        time.sleep(0.02)
-    # Freeze the request where it is (pause keeps in-flight requests): loading the weights
-    # takes longer than the rest of a 400-token request on a busy CPU, so without this
-    # the request could finish before the swap.
+    time.sleep(delay)
+    # Freeze the request where it is (pause keeps in-flight requests and their KV cache).
     assert admin(http, "/pause", {}).status_code == 200
-    if generated_tokens(http) - baseline >= 400:  # all sampled before the pause: not this case
+    time.sleep(0.3)  # the counter is published after each engine step; let the last one land
+    sampled = generated_tokens(http) - baseline
+    if not 0 < sampled < 400:
         assert admin(http, "/resume", {}).status_code == 200
         worker.join(timeout=300)
-        return None
+        return None, sampled
     resp = admin(http, "/update_weights", {"weight_dir": model_dir})
     assert resp.status_code == 200
     assert admin(http, "/resume", {}).status_code == 200
     worker.join(timeout=300)
-    return old, resp.json()["version"], result[0]
+    return (old, resp.json()["version"], result[0]), sampled
 
 
 def generated_tokens(http: httpx.Client) -> float:

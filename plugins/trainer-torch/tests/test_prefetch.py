@@ -38,3 +38,19 @@ def test_bad_row_in_a_worker_process_names_the_row(tmp_path, tiny_model, sft_con
     source = SampleSource(cfg.data, cfg.renderer, str(tiny_model))
     with pytest.raises(ValueError, match=r"^row 5: column 'completion' must be a list of messages or a string"):
         list(source.epoch(0, workers=2))
+
+
+def _dies(code: int):
+    """A source factory whose worker process exits without a word (as the OOM killer's
+    victim does); module-level so a spawned worker finds it by name."""
+    import os
+
+    os._exit(code)
+
+
+def test_a_worker_that_dies_silently_is_an_error_not_a_hang():
+    from prl.config.errors import DataError
+    from prl_trainer_torch.prefetch import parallel_samples
+
+    with pytest.raises(DataError, match=r"data worker [01] exited \(code 9\) before finishing its rows"):
+        list(parallel_samples(_dies, (9,), epoch=0, workers=2))

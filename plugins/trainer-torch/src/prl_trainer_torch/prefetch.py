@@ -86,6 +86,21 @@ def _render_shard(make_source: Callable, source_args: tuple, epoch: int, worker:
         send(("error", str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"))
 
 
+def _next_message(q, proc, worker: int, poll: float = 1.0) -> tuple[str, Any]:
+    """The next message of ``worker``; a worker that died without saying so (killed by the
+    OOM killer, a crash while unpickling its source) is an error, not a wait forever."""
+    while True:
+        try:
+            return q.get(timeout=poll)
+        except queue.Empty:
+            if proc.is_alive():
+                continue
+        try:  # everything it sent is in the pipe once it has exited
+            return q.get(timeout=poll)
+        except queue.Empty:
+            raise DataError(f"data worker {worker} exited (code {proc.exitcode}) before finishing its rows") from None
+
+
 def parallel_samples(
     make_source: Callable, source_args: tuple, epoch: int, workers: int, depth: int = 512
 ) -> Iterator[Any]:
@@ -115,7 +130,7 @@ def parallel_samples(
             if finished[w]:
                 position += 1
                 continue
-            kind, value = queues[w].get()
+            kind, value = _next_message(queues[w], procs[w], w)
             if kind == "done":
                 finished[w] = True
             elif kind == "error":
