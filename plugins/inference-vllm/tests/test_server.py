@@ -75,30 +75,38 @@ def test_openai_replies_name_the_policy_version(http: httpx.Client, vllm_server)
 
 def test_weight_update_mid_request_is_recorded_in_weight_versions(http: httpx.Client, vllm_server) -> None:
     """A long request keeps running across an update; its spans say which version sampled what."""
-    delay, outcome = 0.0, None
-    for _attempt in range(8):
+    # The pause must land after the request's first token and before its last; how long that
+    # takes on a loaded machine varies, so the delay is bisected between a pause that came
+    # too early (nothing sampled) and one that came too late (all 400 sampled).
+    early, late, outcome = 0.0, None, None
+    for _attempt in range(10):
+        delay = early + 0.1 if late is None else (early + late) / 2
         outcome, sampled = _update_during_a_long_request(http, str(vllm_server["model_dir"]), delay)
         if outcome is not None:
             break
-        # Paused before the first token: wait a little longer; after the last: pause at once.
-        delay = delay + 0.05 if sampled == 0 else delay / 4
+        early, late = (delay, late) if sampled == 0 else (early, delay)
     if outcome is None:
-        pytest.fail("eight 400-token requests were each paused before their first or after their last token")
+        pytest.fail("ten 400-token requests were each paused before their first or after their last token")
     old, new, result = outcome
-    choice = result["choices"][0]
-    spans = choice["weight_versions"]
-    assert len(choice["token_ids"]) == 400 and choice["finish_reason"] == "length"
-    assert spans[0]["start"] == 0 and spans[-1]["end"] == 400
-    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:], strict=False))
-    assert [int(s["version"]) for s in spans] == [old, new]
-    assert result["version"] == int(spans[0]["version"])
+    split = []
+    for choice in result["choices"]:
+        spans = choice["weight_versions"]
+        assert len(choice["token_ids"]) == 400 and choice["finish_reason"] == "length"
+        assert spans[0]["start"] == 0 and spans[-1]["end"] == 400
+        assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:], strict=False))
+        assert int(spans[-1]["version"]) == new
+        split.append([int(s["version"]) for s in spans] == [old, new])
+    assert any(split), "no sample was sampled partly by each version"
+    assert result["version"] == old
     assert http.get("/health").json() == {"status": "ok", "version": new, "paused": False}
 
 
 def _update_during_a_long_request(
     http: httpx.Client, model_dir: str, delay: float
 ) -> tuple[tuple[int, int, dict] | None, float]:
-    """Start a 400-token request, pause ``delay`` seconds later, update, resume.
+    """Start a request for 16 samples of 400 tokens (16 keep each step slower, which widens
+    the window between the first and the last token), pause ``delay`` seconds later, update,
+    resume.
 
     Returns the versions and the reply, or None and the tokens sampled before the pause when
     the pause froze the request before its first token or after its last. The pause is sent
@@ -110,7 +118,7 @@ def _update_during_a_long_request(
     def long_request() -> None:
         with httpx.Client(base_url=http.base_url, timeout=300) as c:
             body = {"token_ids": [10, 20, 30], "model": model_dir,
-                    "sampling_params": {"max_tokens": 400, "ignore_eos": True, "seed": 0}}  # fmt: skip
+                    "sampling_params": {"max_tokens": 400, "ignore_eos": True, "seed": 0, "n": 16}}  # fmt: skip
             result.append(c.post("/inference/v1/generate", json=body).json())
 
     baseline = generated_tokens(http)
@@ -121,7 +129,7 @@ def _update_during_a_long_request(
     assert admin(http, "/pause", {}).status_code == 200
     time.sleep(0.3)  # the counter is published after each engine step; let the last one land
     sampled = generated_tokens(http) - baseline
-    if not 0 < sampled < 400:
+    if not 0 < sampled < 400 * 16:
         assert admin(http, "/resume", {}).status_code == 200
         worker.join(timeout=300)
         return None, sampled
