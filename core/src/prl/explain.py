@@ -87,16 +87,14 @@ def gib(n_bytes: float) -> str:
 
 def trainer_dtype_bytes(cfg: Any) -> tuple[int, str]:
     """Bytes per trainer parameter and the dtype's name (``auto``: bf16 with GPUs, else fp32)."""
-    dtype = cfg.trainer.model.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if getattr(cfg.deployment, "num_train_gpus", 0) else "float32"
+    dtype = cfg.trainer.model.param_dtype(bool(getattr(cfg.deployment, "num_train_gpus", 0)))
     return (2 if dtype == "bfloat16" else 4), dtype
 
 
 def checkpoint_bytes(cfg: Any, size: ModelSize) -> int:
-    """One trainer checkpoint: weights plus AdamW's two moments (SGD: weights only)."""
+    """One trainer checkpoint: weights plus the optimizer state (AdamW: two moments; SGD: none)."""
     per, _ = trainer_dtype_bytes(cfg)
-    states = 2 if cfg.trainer.optim.type == "adamw" else 0
+    states = cfg.trainer.optim.state_per_param()
     return size.params * per * (1 + states)
 
 
@@ -153,13 +151,12 @@ def _sizes(cfg: Any, size: ModelSize, ranks: int) -> list[str]:
         kept = f", {keep} kept: {gib(ckpt * keep)}" if keep else ", all kept (set ckpt.keep_last to bound it)"
         out.append(f"Checkpoint: {gib(ckpt)} each (weights + optimizer state){kept}")
     out.append(f"Weight broadcast: {gib(weights)} per version (two newest versions kept under broadcasts/)")
-    states = 2 if cfg.trainer.optim.type == "adamw" else 0
+    states = cfg.trainer.optim.state_per_param()
     sharded = weights * (2 + states) / ranks
     activations = 0.0
     if size.hidden and size.layers:
-        model = cfg.trainer.model
         # a checkpointed layer keeps ~2 values per hidden unit (its input), a full one ~16
-        kept = -(-size.layers // model.activation_checkpointing_freq) if model.activation_checkpointing else 0
+        kept = cfg.trainer.model.checkpointed_layers(size.layers)
         per_layer = kept * 2 + (size.layers - kept) * 16
         activations = cfg.orchestrator.seq_len * size.hidden * per_layer * per
     logits = cfg.orchestrator.seq_len * (size.vocab or 0) * 4 * 2

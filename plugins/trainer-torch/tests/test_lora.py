@@ -10,6 +10,7 @@ import torch
 import typer
 from prl_trainer_torch.checkpoint import complete_steps
 from prl_trainer_torch.cli import add_commands
+from prl_trainer_torch.config import OptimConfig
 from prl_trainer_torch.lora import Adapter, LoraLinear, adapter_config, adapter_tensors, apply_lora, merge_lora
 from prl_trainer_torch.optim import build_optimizer
 from prl_trainer_torch.sft import SFTRun
@@ -17,7 +18,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from prl.config.errors import ConfigError
-from prl.config.sections import LoraConfig, OptimConfig
+from prl.config.sections import LoraConfig
 
 LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "up_proj"]}
 

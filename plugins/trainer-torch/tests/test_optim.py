@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from prl_trainer_torch.config import SchedulerConfig
 from prl_trainer_torch.optim import lr_factor
-
-from prl.config.sections import SchedulerConfig
 
 
 def test_constant_has_no_warmup():

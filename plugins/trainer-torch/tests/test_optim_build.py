@@ -7,11 +7,11 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
+from prl_trainer_torch.config import OptimConfig
 from prl_trainer_torch.offload import FullOffload
 from prl_trainer_torch.optim import build_optimizer
 
 from prl.config.errors import ConfigError
-from prl.config.sections import OptimConfig
 
 
 def params():

@@ -4,9 +4,8 @@ without decay can be stepped once past the run."""
 from __future__ import annotations
 
 import pytest
+from prl_trainer_torch.config import SchedulerConfig
 from prl_trainer_torch.optim import lr_factor
-
-from prl.config.sections import SchedulerConfig
 
 
 def test_cosine_is_halfway_down_halfway_through_its_decay():

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from prl_trainer_torch import optim
+from prl_trainer_torch.config import SchedulerConfig
 from prl_trainer_torch.optim import build_scheduler, lr_factor, optimizer_step
-
-from prl.config.sections import SchedulerConfig
 
 
 def factors(total: int, **cfg) -> list[float]:

@@ -12,10 +12,9 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 from prl_trainer_torch import common, sft
+from prl_trainer_torch.config import SchedulerConfig
 from prl_trainer_torch.optim import lr_factor
 from prl_trainer_torch.sft import SFTRun
-
-from prl.config.sections import SchedulerConfig
 
 
 def by_hand(model, rows) -> tuple[torch.Tensor, int]:

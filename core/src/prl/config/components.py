@@ -15,7 +15,6 @@ from prl.config.sections import (
     ConcurrencyConfig,
     EnvVars,
     LogConfig,
-    OptimConfig,
     PartialSamplingConfig,
     PolicyModelConfig,
     RendererField,
@@ -23,7 +22,6 @@ from prl.config.sections import (
     RolloutTransportConfig,
     RunConfig,
     SamplingConfig,
-    SchedulerConfig,
     SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
@@ -31,6 +29,7 @@ from prl.config.sections import (
     _default_tag,
     default_output_dir,
 )
+from prl.config.trainer_sections import TrainerModel, TrainerOptim, TrainerScheduler, check_selected, trainer_default
 from prl.config.unions import PluginConfig
 from prl.config.watchdog import WatchdogConfig
 
@@ -285,83 +284,18 @@ def _monitors(component: bool):
     return section.model()()
 
 
-class GCConfig(PrlModel):
-    """Manual Python garbage collection in the trainer."""
-
-    interval: Annotated[int, Field(ge=1)] = 50
-    """Collect every N steps (automatic collection stays off between them)."""
-
-
-class ModelTrainConfig(PolicyModelConfig):
-    """The trained model and how it is laid out."""
-
-    seq_len: Annotated[int, Field(ge=8)] = 2048
-    """Longest packed sequence per micro-batch."""
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
-    activation_checkpointing: bool = False
-    """Recompute activations in the backward pass."""
-    activation_checkpointing_freq: Annotated[int, Field(ge=1)] = 1
-    """With activation_checkpointing: recompute every N-th decoder layer only (1: all of
-    them). Layers in between keep their activations: less recompute, more memory."""
-    optim_cpu_offload: bool = True
-    """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs."""
-    full_offload: bool = False
-    """Keep gradients, fp32 master weights and optimizer state in host memory and run the
-    optimizer step inside the backward (adamw or signsgd; gradient clipping off, one warning)."""
-    attn_implementation: str = "auto"
-    """transformers attention implementation (sdpa, flex_attention, ...), or auto: prl_varlen
-    (flash attention over the packed documents, no mask) on CUDA with torch >= 2.10, else sdpa."""
-    matmul_precision: Literal["highest", "high", "medium"] = "highest"
-    """float32 matmul precision (torch.set_float32_matmul_precision): high or medium let
-    float32 matmuls use TF32 / bfloat16 tensor cores."""
-    gc: GCConfig | None = None
-    """Manual Python garbage collection (optional; unset, Python collects automatically).
-    [model.gc] turns automatic collection off and collects every interval steps, on every
-    rank at the same step."""
-    dp_replicate: Annotated[int, Field(ge=1)] = 1
-    """Data-parallel replicas (HSDP): each holds a full copy of the sharded model."""
-    dp_shard: Annotated[int, Field(ge=-1)] = -1
-    """Ranks each replica shards the model over (FSDP2); -1: world size / dp_replicate."""
-    tp: Annotated[int, Field(ge=1)] = 1
-    """Tensor-parallel degree (only 1: not supported yet)."""
-    cp: Annotated[int, Field(ge=1)] = 1
-    """Context-parallel degree (only 1: not supported yet)."""
-
-    @model_validator(mode="after")
-    def _parallel(self) -> ModelTrainConfig:
-        for name in ("tp", "cp"):
-            if getattr(self, name) > 1:
-                kind = "tensor" if name == "tp" else "context"
-                raise ValueError(f"{name} = {getattr(self, name)}: {kind} parallelism is not supported yet (use 1)")
-        if self.dp_shard == 0:
-            raise ValueError("dp_shard must be -1 (the rest of the world) or at least 1")
-        return self
-
-    def data_parallel(self, world: int) -> tuple[int, int]:
-        """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not
-        multiply to it."""
-        shard = self.dp_shard if self.dp_shard != -1 else world // self.dp_replicate
-        if self.dp_replicate * shard != world or shard < 1:
-            raise ValueError(
-                f"model.dp_replicate ({self.dp_replicate}) x model.dp_shard ({self.dp_shard}) must equal "
-                f"the number of workers ({world})"
-            )
-        return self.dp_replicate, shard
-
-
 class TrainerConfig(PrlModel):
     """The RL trainer."""
 
     type: str = Field(default_factory=lambda: _default_tag("trainers"))
     """Trainer plugin (the installed default trainer when not given)."""
-    model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
+    model: TrainerModel = trainer_default("model")
     """Model."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     """Tokenizer."""
-    optim: OptimConfig = Field(default_factory=OptimConfig)
+    optim: TrainerOptim = trainer_default("optim")
     """Optimizer."""
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    scheduler: TrainerScheduler = trainer_default("scheduler")
     """Learning-rate schedule."""
     loss: _LOSSES = Field(default_factory=lambda: _default_plugin("losses"))
     """Policy loss, selected by ``type``."""
@@ -400,6 +334,7 @@ class TrainerConfig(PrlModel):
 
     @model_validator(mode="after")
     def _data_parallel(self) -> TrainerConfig:
+        check_selected(self.type, {"model": self.model, "optim": self.optim, "scheduler": self.scheduler})
         self.model.data_parallel(self.num_workers)
         return self
 

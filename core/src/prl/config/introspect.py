@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from prl.config.base import PrlModel
 from prl.config.monitors import MonitorsSection
+from prl.config.trainer_sections import TrainerSection
 from prl.config.unions import _PluginUnion
 
 
@@ -60,7 +61,7 @@ def shape_of(annotation: Any, metadata: list | None = None) -> Shape:
 
             models = [cls.Config for cls in get_registry().classes(m.kind).values()]
             return Shape("model", optional, models, plugin_kind=m.kind)
-        if isinstance(m, MonitorsSection):
+        if isinstance(m, (MonitorsSection, TrainerSection)):
             return Shape("model", optional, [m.model()])
     if isinstance(tp, list):
         return Shape("model", optional, tp)

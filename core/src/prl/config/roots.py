@@ -12,7 +12,6 @@ from prl.config.base import PrlModel
 from prl.config.components import (
     ComponentMonitors,
     InferenceConfig,
-    ModelTrainConfig,
     OrchestratorConfig,
     SourceConfig,
     TrainerConfig,
@@ -30,14 +29,12 @@ from prl.config.sections import (
     EnvVars,
     LogConfig,
     ModelConfig,
-    OptimConfig,
     PartialSamplingConfig,
     PolicyModelConfig,
     RendererField,
     ResumeConfig,
     RolloutTransportConfig,
     RunConfig,
-    SchedulerConfig,
     SFTLossConfig,
     SlurmConfig,
     TokenizerConfig,
@@ -47,6 +44,7 @@ from prl.config.sections import (
     default_output_dir,
 )
 from prl.config.sft_eval import SFTEvalConfig, check_sft_eval, fill_inference_model
+from prl.config.trainer_sections import TrainerModel, TrainerOptim, TrainerScheduler, check_selected, trainer_default
 from prl.config.unions import PluginConfig
 
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
@@ -280,7 +278,7 @@ class SFTConfig(CommonRunFields):
 
     trainer_type: str = Field(default_factory=lambda: _default_tag("trainers"))
     """Trainer plugin (the installed default trainer when not given)."""
-    model: ModelTrainConfig = Field(default_factory=ModelTrainConfig)
+    model: TrainerModel = trainer_default("model")
     """Model."""
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     """Tokenizer."""
@@ -290,9 +288,9 @@ class SFTConfig(CommonRunFields):
     """Training data."""
     val: ValConfig | None = None
     """Validation (optional)."""
-    optim: OptimConfig = Field(default_factory=OptimConfig)
+    optim: TrainerOptim = trainer_default("optim")
     """Optimizer."""
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    scheduler: TrainerScheduler = trainer_default("scheduler")
     """Learning-rate schedule."""
     loss: SFTLossConfig = Field(default_factory=SFTLossConfig)
     """Loss."""
@@ -328,6 +326,7 @@ class SFTConfig(CommonRunFields):
                 "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "
                 "evaluate an export made with prl export --merge-lora"
             )
+        check_selected(self.trainer_type, {"model": self.model, "optim": self.optim, "scheduler": self.scheduler})
         self.model.data_parallel(self.num_workers)
         return self
 

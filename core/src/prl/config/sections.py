@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from prl.config.base import PrlModel
+from prl.config.policy import LORA_TARGETS, LoraConfig, ModelConfig, PolicyModelConfig  # noqa: F401 (re-exported)
 from prl.config.unions import PluginConfig
 from prl.layout import parse_step
 
@@ -70,40 +71,6 @@ class SFTLossConfig(PrlModel):
     """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""
 
 
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class LoraConfig(PrlModel):
-    """LoRA: train low-rank adapters on the target linear layers; the base stays frozen."""
-
-    rank: Annotated[int, Field(ge=1)] = 16
-    """Adapter rank r (A is r x in, B is out x r)."""
-    alpha: Annotated[float, Field(gt=0)] = 32.0
-    """Scale numerator: the adapter's output is multiplied by alpha / rank."""
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    """Dropout on the adapter's input while training."""
-    target_modules: Annotated[list[str], Field(min_length=1)] = Field(default_factory=lambda: list(LORA_TARGETS))
-    """Linear layers that get an adapter, by the last part of their module name."""
-    name: Annotated[str, Field(min_length=1)] = "prl-lora"
-    """Name the adapter is served under; RL requests ask for it as their model."""
-
-
-class ModelConfig(PrlModel):
-    """The policy model."""
-
-    name: str = "Qwen/Qwen3-0.6B"
-    """HF model id or local model directory."""
-    vlm: bool = False
-    """Vision-language model."""
-
-
-class PolicyModelConfig(ModelConfig):
-    """The policy model that is trained (and, in RL, served while it trains)."""
-
-    lora: LoraConfig | None = None
-    """Train (and serve) a LoRA adapter instead of the full weights (optional; [model.lora])."""
-
-
 class TokenizerConfig(PrlModel):
     """Tokenizer; defaults to the model's."""
 
@@ -153,34 +120,6 @@ class ResumeConfig(PrlModel):
             if parse_step(name) is None:
                 raise ValueError(f"resume.dir must end in step_<digits>, got '{self.dir}'")
         return self
-
-
-class OptimConfig(PrlModel):
-    """Optimizer."""
-
-    type: Literal["adamw", "sgd", "signsgd"] = "adamw"
-    """Optimizer type (signsgd: lr · sign(gradient), decoupled weight decay)."""
-    lr: Annotated[float, Field(gt=0)] = 1e-6
-    """Peak learning rate."""
-    weight_decay: float | Literal["auto"] = "auto"
-    """Weight decay; "auto" is 0.0 for RL and 0.01 for SFT."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW betas."""
-    max_norm: Annotated[float, Field(gt=0)] = 1.0
-    """Clip the global gradient norm to this."""
-
-
-class SchedulerConfig(PrlModel):
-    """Learning-rate schedule."""
-
-    type: Literal["constant", "linear", "cosine"] = "constant"
-    """constant, linear (warmup then linear decay) or cosine (warmup then cosine)."""
-    warmup_steps: Annotated[int, Field(ge=0)] = 10
-    """Linear warmup steps (linear and cosine)."""
-    decay_steps: Annotated[int, Field(ge=0)] = 10
-    """Linear decay steps at the end of training (linear)."""
-    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
-    """Final lr as a fraction of the peak."""
 
 
 class RolloutTransportConfig(PrlModel):

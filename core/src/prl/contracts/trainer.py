@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from prl.config.base import PluginConfigBase, PrlModel
+from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig
 from prl.contracts.base import Plugin
 from prl.contracts.launcher import ProcessSpec
 
@@ -31,6 +32,11 @@ class Trainer(Plugin, ABC):
 
     type: ClassVar[str]
     Config: ClassVar[type[TrainerBackendConfig]] = TrainerBackendConfig
+    # The sections this trainer reads, composed into ``trainer.model``/``optim``/``scheduler``
+    # (``prl sft``: ``model``/``optim``/``scheduler``) from the installed default trainer.
+    ModelConfig: ClassVar[type[TrainerModelConfig]] = TrainerModelConfig
+    OptimConfig: ClassVar[type[TrainerOptimConfig]] = TrainerOptimConfig
+    SchedulerConfig: ClassVar[type[TrainerSchedulerConfig]] = TrainerSchedulerConfig
 
     @classmethod
     @abstractmethod

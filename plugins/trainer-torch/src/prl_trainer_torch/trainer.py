@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from prl import torchrun
 from prl.contracts.launcher import ProcessSpec
 from prl.contracts.trainer import Trainer, TrainerBackendConfig
+from prl_trainer_torch import config
 
 if TYPE_CHECKING:
     from prl.config.components import TrainerConfig
@@ -64,6 +65,10 @@ class TorchTrainer(Trainer):
 
         type: Literal["torch"] = "torch"
         """Trainer plugin tag."""
+
+    ModelConfig = config.ModelTrainConfig
+    OptimConfig = config.OptimConfig
+    SchedulerConfig = config.SchedulerConfig
 
     @classmethod
     def run_sft(cls, config: SFTConfig) -> int:

@@ -1,0 +1,119 @@
+"""The torch trainer's settings: ``trainer.model``, ``trainer.optim`` and ``trainer.scheduler``
+(``prl sft``: ``model``, ``optim``, ``scheduler``).
+
+Core knows only the bases in :mod:`prl.config.policy`; :class:`TorchTrainer` names these
+classes, and core composes them into the root configs through the registry, so the user
+still writes ``trainer.model.activation_checkpointing``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from prl.config.base import PrlModel
+from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig
+
+
+class GCConfig(PrlModel):
+    """Manual Python garbage collection in the trainer."""
+
+    interval: Annotated[int, Field(ge=1)] = 50
+    """Collect every N steps (automatic collection stays off between them)."""
+
+
+class ModelTrainConfig(TrainerModelConfig):
+    """The trained model and how it is laid out."""
+
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Parameter dtype; auto is bfloat16 on GPU and float32 on CPU."""
+    activation_checkpointing: bool = False
+    """Recompute activations in the backward pass."""
+    activation_checkpointing_freq: Annotated[int, Field(ge=1)] = 1
+    """With activation_checkpointing: recompute every N-th decoder layer only (1: all of
+    them). Layers in between keep their activations: less recompute, more memory."""
+    optim_cpu_offload: bool = True
+    """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs."""
+    full_offload: bool = False
+    """Keep gradients, fp32 master weights and optimizer state in host memory and run the
+    optimizer step inside the backward (adamw or signsgd; gradient clipping off, one warning)."""
+    attn_implementation: str = "auto"
+    """transformers attention implementation (sdpa, flex_attention, ...), or auto: prl_varlen
+    (flash attention over the packed documents, no mask) on CUDA with torch >= 2.10, else sdpa."""
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"
+    """float32 matmul precision (torch.set_float32_matmul_precision): high or medium let
+    float32 matmuls use TF32 / bfloat16 tensor cores."""
+    gc: GCConfig | None = None
+    """Manual Python garbage collection (optional; unset, Python collects automatically).
+    [model.gc] turns automatic collection off and collects every interval steps, on every
+    rank at the same step."""
+    dp_replicate: Annotated[int, Field(ge=1)] = 1
+    """Data-parallel replicas (HSDP): each holds a full copy of the sharded model."""
+    dp_shard: Annotated[int, Field(ge=-1)] = -1
+    """Ranks each replica shards the model over (FSDP2); -1: world size / dp_replicate."""
+    tp: Annotated[int, Field(ge=1)] = 1
+    """Tensor-parallel degree (only 1: not supported yet)."""
+    cp: Annotated[int, Field(ge=1)] = 1
+    """Context-parallel degree (only 1: not supported yet)."""
+
+    @model_validator(mode="after")
+    def _parallel(self) -> ModelTrainConfig:
+        for name in ("tp", "cp"):
+            if getattr(self, name) > 1:
+                kind = "tensor" if name == "tp" else "context"
+                raise ValueError(f"{name} = {getattr(self, name)}: {kind} parallelism is not supported yet (use 1)")
+        if self.dp_shard == 0:
+            raise ValueError("dp_shard must be -1 (the rest of the world) or at least 1")
+        return self
+
+    def data_parallel(self, world: int) -> tuple[int, int]:
+        """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not
+        multiply to it."""
+        shard = self.dp_shard if self.dp_shard != -1 else world // self.dp_replicate
+        if self.dp_replicate * shard != world or shard < 1:
+            raise ValueError(
+                f"model.dp_replicate ({self.dp_replicate}) x model.dp_shard ({self.dp_shard}) must equal "
+                f"the number of workers ({world})"
+            )
+        return self.dp_replicate, shard
+
+    def param_dtype(self, gpus: bool) -> str:
+        if self.dtype == "auto":
+            return "bfloat16" if gpus else "float32"
+        return self.dtype
+
+    def checkpointed_layers(self, layers: int) -> int:
+        # every activation_checkpointing_freq-th layer, the first one included
+        return -(-layers // self.activation_checkpointing_freq) if self.activation_checkpointing else 0
+
+
+class OptimConfig(TrainerOptimConfig):
+    """Optimizer."""
+
+    type: Literal["adamw", "sgd", "signsgd"] = "adamw"
+    """Optimizer type (signsgd: lr · sign(gradient), decoupled weight decay)."""
+    lr: Annotated[float, Field(gt=0)] = 1e-6
+    """Peak learning rate."""
+    weight_decay: float | Literal["auto"] = "auto"
+    """Weight decay; "auto" is 0.0 for RL and 0.01 for SFT."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_norm: Annotated[float, Field(gt=0)] = 1.0
+    """Clip the global gradient norm to this."""
+
+    def state_per_param(self) -> int:
+        return 2 if self.type == "adamw" else 0
+
+
+class SchedulerConfig(TrainerSchedulerConfig):
+    """Learning-rate schedule."""
+
+    type: Literal["constant", "linear", "cosine"] = "constant"
+    """constant, linear (warmup then linear decay) or cosine (warmup then cosine)."""
+    warmup_steps: Annotated[int, Field(ge=0)] = 10
+    """Linear warmup steps (linear and cosine)."""
+    decay_steps: Annotated[int, Field(ge=0)] = 10
+    """Linear decay steps at the end of training (linear)."""
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Final lr as a fraction of the peak."""
