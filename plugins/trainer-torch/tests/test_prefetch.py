@@ -49,8 +49,9 @@ def _dies(code: int):
 
 
 def test_a_worker_that_dies_silently_is_an_error_not_a_hang():
-    from prl.config.errors import DataError
     from prl_trainer_torch.prefetch import parallel_samples
+
+    from prl.config.errors import DataError
 
     with pytest.raises(DataError, match=r"data worker [01] exited \(code 9\) before finishing its rows"):
         list(parallel_samples(_dies, (9,), epoch=0, workers=2))
