@@ -65,18 +65,18 @@ TARGETS: dict[str, list[str]] = {
         "orchestrator/samples.py",
         "tasks/branches.py",
         "envs/wire.py",
+        "layout.py",
     ],
-    "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py"],
+    "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py", "data.py", "lora.py", "checkpoint.py"],
     "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py", "weights.py"],
+    "renderers/renderers/src/prl_renderers": ["convert.py"],
+    "plugins/weights-filesystem/src/prl_weights_filesystem": ["transport.py"],
 }
 # Targets whose tests are written but that still have survivors nobody has killed or
 # justified (listed in docs/testing.md): `--pending` mutates and judges them with the rest;
 # CI's `make mutation` leaves them out until they pass and move up into TARGETS.
 PENDING: dict[str, list[str]] = {
-    "core/src/prl": ["layout.py"],
-    "plugins/trainer-torch/src/prl_trainer_torch": ["optim.py", "lora.py", "data.py", "loader.py", "checkpoint.py"],
-    "renderers/renderers/src/prl_renderers": ["convert.py"],
-    "plugins/weights-filesystem/src/prl_weights_filesystem": ["transport.py"],
+    "plugins/trainer-torch/src/prl_trainer_torch": ["optim.py", "loader.py"],
 }
 TESTS = [
     "algorithms/grpo/tests",

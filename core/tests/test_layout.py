@@ -296,3 +296,14 @@ def test_an_explicit_resume_step_needs_only_the_orchestrators_part(tmp_path):
     _save(tmp_path / "checkpoints", 3, parts=(layout.ORCHESTRATOR,))
     config = NS(resume=ResumeConfig(step=3), ckpt=None)
     assert orch_ckpt.resume_dir(config, tmp_path) == tmp_path / "checkpoints" / "step_3"
+
+
+def test_resume_step_says_whether_the_step_is_missing_or_which_part_is_unfinished(tmp_path):
+    # The two cases need different fixes: a wrong step number, or a save that died midway.
+    with pytest.raises(layout.CheckpointNotFound) as err:
+        layout.find_resume(ResumeConfig(step=4), tmp_path, RL)
+    assert str(err.value).endswith("(step_4: it does not exist)")
+    _save(tmp_path, 4, parts=(layout.ORCHESTRATOR,))
+    with pytest.raises(layout.CheckpointNotFound) as err:
+        layout.find_resume(ResumeConfig(step=4), tmp_path, RL)
+    assert str(err.value).endswith("(step_4: no trainer/COMPLETE)")

@@ -40,6 +40,10 @@ def test_without_a_complete_step_nothing_is_deleted(tmp_path):
     _crashed(tmp_path, 2)
     assert layout.retain(tmp_path, CkptConfig(keep_last=1, keep_interval=5), RL) == []
     assert list(layout.step_dirs(tmp_path)) == [1, 2]
+    # Step 0 too (every interval saves it), even where no keep_interval multiple covers it.
+    _crashed(tmp_path, 0)
+    assert layout.retain(tmp_path, CkptConfig(keep_last=1), RL) == []
+    assert list(layout.step_dirs(tmp_path)) == [0, 1, 2]
 
 
 def test_steps_after_the_one_just_saved_are_left_alone(tmp_path):

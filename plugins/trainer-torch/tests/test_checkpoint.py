@@ -17,7 +17,7 @@ from torch import nn
 
 from prl import layout
 from prl.config.errors import ConfigError, HostError
-from prl.config.sections import ResumeConfig
+from prl.config.sections import CkptConfig, ResumeConfig
 
 
 class Tiny(nn.Module):
@@ -206,3 +206,10 @@ def test_a_data_cursor_file_holding_code_is_refused(tmp_path):
     torch.save({"epoch": _Payload()}, base / "rank_0.pt")
     with pytest.raises(Exception, match="Weights only load failed"):
         ckpt.load_loader_state(tmp_path / "step_1", 0)
+
+
+def test_checkpoints_go_to_ckpt_output_dir_when_it_is_set(tmp_path):
+    run_dir = tmp_path / "outputs" / "run"
+    moved = NS(ckpt=CkptConfig(output_dir=tmp_path / "big-disk"))
+    assert ckpt.ckpt_root(moved, run_dir) == tmp_path / "big-disk"
+    assert ckpt.ckpt_root(NS(ckpt=CkptConfig()), run_dir) == run_dir / "checkpoints"

@@ -59,3 +59,21 @@ def test_the_small_files_are_fsynced_before_the_marker(tmp_path, monkeypatch):
     ckpt.save(tmp_path / "step_1", *lora_parts(), {"step": 1}, {"epoch": 0, "rows": 1}, 0, adapter={"r": 2})
     assert any(name.startswith(f".{ckpt.ADAPTER_CONFIG}") for name in synced)
     assert any(name.startswith(".rank_0.pt") for name in synced)
+
+
+def test_the_shards_and_their_metadata_are_fsynced_before_the_marker(tmp_path, monkeypatch):
+    # The COMPLETE marker vouches for the weights: a crash right after it must not leave a
+    # resume reading shards the page cache never wrote out.
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    ckpt.save(tmp_path / "step_1", *lora_parts(), {"step": 1}, None, 0)
+    marker = next(i for i, name in enumerate(synced) if "COMPLETE" in name.upper())
+    shards = [i for i, name in enumerate(synced) if name.endswith(".distcp")]
+    metadata = [i for i, name in enumerate(synced) if name.startswith(".metadata")]
+    assert shards and metadata and max(shards + metadata) < marker, synced

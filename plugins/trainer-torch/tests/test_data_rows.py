@@ -195,6 +195,39 @@ def test_interleaved_splits_tag_each_row_with_its_part(tmp_path):
     assert {(r["prompt"], r[SUBSET_COLUMN]) for r in rows} == {("p0", 0), ("p1", 0), ("p2", 1), ("p3", 1)}
 
 
+def _mix(tmp_path, size: int):
+    import datasets
+
+    easy = datasets.Dataset.from_list([{"prompt": f"e{i}", "completion": "c"} for i in range(size)])
+    hard = datasets.Dataset.from_list([{"prompt": f"h{i}", "completion": "c"} for i in range(size)])
+    datasets.DatasetDict({"easy": easy, "hard": hard}).save_to_disk(str(tmp_path / "mix"))
+    return str(tmp_path / "mix")
+
+
+def _parts(cfg: SFTDataConfig) -> list[int]:
+    return [r[SUBSET_COLUMN] for r in load_dataset_rows(cfg)]
+
+
+def test_the_mixture_follows_the_probabilities_and_its_seed(tmp_path):
+    name = _mix(tmp_path, 20)
+    # 9 in 10 rows from easy: the mixture ends when easy runs out, with few hard rows in it.
+    skewed = _parts(
+        SFTDataConfig(name=name, splits=["easy", "hard"], probabilities=[0.9, 0.1], stopping_strategy="first_exhausted")
+    )
+    assert skewed.count(0) == 20 and skewed.count(1) < 8
+    # The same seed draws the same order on every rank and every resume; another seed another.
+    even = {"name": name, "splits": ["easy", "hard"], "probabilities": [0.5, 0.5]}
+    first = _parts(SFTDataConfig(**even, seed=3))
+    assert _parts(SFTDataConfig(**even, seed=3)) == first
+    assert _parts(SFTDataConfig(**even, seed=4)) != first
+
+
+def test_a_local_directory_of_data_files_loads_like_a_dataset_repository(tmp_path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    assert [dict(r) for r in load_dataset_rows(SFTDataConfig(name=str(tmp_path / "repo")))] == ROWS
+
+
 def test_a_hub_name_loads_the_snapshot_the_launcher_fetched(tmp_path, monkeypatch):
     from prl import hub
 

@@ -10,8 +10,16 @@ import torch
 import typer
 from prl_trainer_torch.checkpoint import complete_steps
 from prl_trainer_torch.cli import add_commands
-from prl_trainer_torch.config import OptimConfig
-from prl_trainer_torch.lora import Adapter, LoraLinear, adapter_config, adapter_tensors, apply_lora, merge_lora
+from prl_trainer_torch.config import ModelTrainConfig, OptimConfig
+from prl_trainer_torch.lora import (
+    Adapter,
+    LoraLinear,
+    adapter_config,
+    adapter_tensors,
+    apply_lora,
+    maybe_adapter,
+    merge_lora,
+)
 from prl_trainer_torch.optim import build_optimizer
 from prl_trainer_torch.sft import SFTRun
 from safetensors.torch import load_file
@@ -323,3 +331,15 @@ def test_published_adapter_tensors_are_copies():
     with torch.no_grad():
         net.up.lora_B.weight.add_(1.0)  # the next step trains on while the copy is sent
     assert not tensors["base_model.model.up.lora_B.weight"].any()
+
+
+def test_model_lora_adapts_the_model_and_names_its_base_in_the_adapter_config():
+    # Without [model.lora] the model trains whole; with it, the published adapter_config.json
+    # names the model it adapts, so PEFT and vLLM load the adapter on the right base.
+    plain = _TwoLayers()
+    assert maybe_adapter(plain, ModelTrainConfig(name="org/base")) is None
+    assert not isinstance(plain.up, LoraLinear)
+    net = _TwoLayers()
+    adapter = maybe_adapter(net, ModelTrainConfig(name="org/base", lora=LoraConfig(target_modules=["up"])))
+    assert isinstance(net.up, LoraLinear) and adapter.modules == ["up"]
+    assert adapter.config["base_model_name_or_path"] == "org/base"

@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 from prl_trainer_torch.config import OptimConfig
-from prl_trainer_torch.offload import FullOffload
+from prl_trainer_torch.offload import EPS, CPUStateAdamW, FullOffload
 from prl_trainer_torch.optim import build_optimizer
 
 from prl.config.errors import ConfigError
@@ -47,3 +47,36 @@ def test_full_offload_refuses_sgd_and_sharded_parameters():
     sharded[0].to_local = lambda: sharded[0]  # an FSDP2 parameter is a DTensor
     with pytest.raises(ConfigError, match="^model.full_offload: supported with num_workers = 1 only$"):
         build_optimizer(sharded, OptimConfig(), 0.0, offload)
+
+
+def test_signsgd_moves_each_weight_by_lr_against_its_gradient_sign_after_decay():
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = build_optimizer([p], OptimConfig(type="signsgd", lr=0.1, weight_decay=0.5), 0.0)
+    p.grad = torch.tensor([3.0, -0.5])
+    opt.step()
+    # θ (1 − ηλ) − η sign(g): 1 · 0.95 − 0.1 and −2 · 0.95 + 0.1
+    torch.testing.assert_close(p.detach(), torch.tensor([0.85, -1.8]))
+    # Again ±η however the gradient's size changed (Adam's first step is ±η too, its second not).
+    p.grad = torch.tensor([0.1, 4.0])
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.tensor([0.85 * 0.95 - 0.1, -1.8 * 0.95 - 0.1]))
+
+
+def _two_adam_steps(opt, p) -> torch.Tensor:
+    # Two different gradients: Adam's first step is ±lr whatever the betas, the second is not.
+    for grad in (torch.tensor([1.0, -2.0, 0.5]), torch.tensor([-3.0, 0.1, 0.5])):
+        p.grad = grad
+        opt.step()
+    return p.detach().clone()
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_adamw_steps_with_the_configured_lr_betas_and_weight_decay(offload):
+    cfg = OptimConfig(lr=0.1, betas=(0.5, 0.8), weight_decay=0.3)
+    p, want = (torch.nn.Parameter(torch.tensor([1.0, 2.0, -1.0])) for _ in range(2))
+    # optim_cpu_offload keeps the moments on the host only when the weights are on a GPU.
+    model = NS(full_offload=False, optim_cpu_offload=offload)
+    opt = build_optimizer([p], cfg, 0.0, model, torch.device("cuda") if offload else None)
+    assert type(opt) is (CPUStateAdamW if offload else torch.optim.AdamW)
+    reference = torch.optim.AdamW([want], lr=0.1, betas=(0.5, 0.8), weight_decay=0.3, eps=EPS)
+    torch.testing.assert_close(_two_adam_steps(opt, p), _two_adam_steps(reference, want))

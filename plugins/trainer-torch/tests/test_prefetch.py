@@ -55,3 +55,13 @@ def test_a_worker_that_dies_silently_is_an_error_not_a_hang():
 
     with pytest.raises(DataError, match=r"data worker [01] exited \(code 9\) before finishing its rows"):
         list(parallel_samples(_dies, (9,), epoch=0, workers=2))
+
+
+def test_a_producer_that_fails_at_start_is_raised_not_waited_for():
+    from prl_trainer_torch.prefetch import ahead
+
+    def make():
+        raise ValueError("data.name: no rows")
+
+    with pytest.raises(ValueError, match="no rows"):
+        list(ahead(make, depth=2))

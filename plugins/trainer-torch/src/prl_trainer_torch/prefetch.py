@@ -31,8 +31,9 @@ def ahead(make: Callable[[], Iterator[Any]], depth: int) -> Iterator[Any]:
     stop = threading.Event()
 
     def run() -> None:
-        it = make()
+        it = None
         try:
+            it = make()  # inside the try: a producer that fails at start must reach the consumer
             for item in it:
                 while not stop.is_set():
                     try:
