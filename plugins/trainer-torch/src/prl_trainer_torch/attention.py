@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import torch
 
 NAME = "prl_varlen"
@@ -67,18 +68,22 @@ def document_bounds(position_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return cu, int((bounds[1:] - bounds[:-1]).max())
 
 
-def host_document_bounds(position_ids, device: torch.device) -> tuple[torch.Tensor, int]:
+def host_bounds(position_ids) -> tuple[np.ndarray, int]:
     """:func:`document_bounds` of one packed row's position ids given on the host (a list
-    or numpy array): the same values, found without asking the GPU. The trainer builds
-    them with the micro-batch, so no forward pass waits for the previous backward to
-    finish just to count documents."""
-    import numpy as np
-
+    or numpy array), as a numpy int32 array and the longest document."""
     pos = np.asarray(position_ids, dtype=np.int64).reshape(-1)
     bounds = np.concatenate([[0], np.flatnonzero(pos[1:] == 0) + 1, [pos.size]])
-    cu = torch.from_numpy(bounds.astype(np.int32)).to(device)
+    return bounds.astype(np.int32), int(np.diff(bounds).max(initial=0))
+
+
+def host_document_bounds(position_ids, device: torch.device) -> tuple[torch.Tensor, int]:
+    """:func:`host_bounds` on ``device``: the same values as :func:`document_bounds`, found
+    without asking the GPU. The trainer builds them with the micro-batch, so no forward
+    pass waits for the previous backward to finish just to count documents."""
+    bounds, longest = host_bounds(position_ids)
+    cu = torch.from_numpy(bounds).to(device)
     torch._dynamo.maybe_mark_dynamic(cu, 0)
-    return cu, int(np.diff(bounds).max(initial=0))
+    return cu, longest
 
 
 def _call_kwargs(params: set[str], scaling: float | None, head_dim: int, gqa: bool) -> dict:
@@ -116,16 +121,13 @@ def prl_varlen_forward(module, query, key, value, attention_mask, scaling=None, 
     return out.reshape(b, t, heads, d), None
 
 
-def _no_mask(*args, **kwargs):
-    return None
-
-
 def register() -> str:
-    """Register the attention function (and a mask builder that builds nothing)."""
+    """Register the attention function. No mask builder is registered with it: for an
+    implementation without one transformers builds no mask at all, while with one (even
+    one returning nothing) it first scans the position ids for packed documents and reads
+    the answer back from the GPU, a wait on every forward."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     _PARAMS.update(inspect.signature(_varlen()).parameters)
     AttentionInterface.register(NAME, prl_varlen_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, _no_mask)
     return NAME

@@ -25,6 +25,7 @@ from prl.config.errors import DataError
 from prl.contracts.monitor import build_monitors
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.common import all_sum, publish_weights, run_dir_of
+from prl_trainer_torch.device_rows import DeviceRow, rows_to_device
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader, eval_rows
 from prl_trainer_torch.lora import maybe_adapter
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # annotations only
 
 log = logging.getLogger("prl.trainer")
 SFT_WEIGHT_DECAY = 0.01
+VAL_ROWS_PER_COPY = 64  # validation rows sent to the device per copy: bounded memory, few waits
 
 
 class SFTRun:
@@ -118,15 +120,25 @@ class SFTRun:
         source = SampleSource(self.config.val.data, self.config.renderer, tokenizer, vocab)
         return eval_rows(source, self.config.val.data, self.dist.rank, self.dist.world)
 
-    def _forward_nll(self, row) -> tuple[torch.Tensor, int]:
+    def _forward_nll(self, row: DeviceRow) -> torch.Tensor:
+        logp, _ = self.policy(row.input_ids, row.position_ids, row.targets, bounds=row.bounds)
+        return -(logp * row.loss_mask).sum()
+
+    def accumulate(self, rows: list[DeviceRow], scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of every row; the step's summed NLL and count of non-finite
+        row losses, left on the device. Nothing here waits for the GPU: a host read of a
+        device value (``float``, ``int``, a truth test) per row would stop the host from
+        queueing the next row's kernels until the last backward had finished."""
         dev = self.dist.device
-        # The row's padding trains nothing: drop it rather than run the model over it
-        # (rows go through one at a time, so their lengths need not match).
-        n = max(row.num_tokens, 1)
-        ids, pos = row.input_ids[:n].to(dev).unsqueeze(0), row.position_ids[:n].to(dev).unsqueeze(0)
-        logp, _ = self.policy(ids, pos, row.targets[:n].to(dev).unsqueeze(0))
-        mask = row.loss_mask[:n].to(dev).unsqueeze(0)
-        return -(logp * mask).sum(), int(mask.sum())
+        nll_sum = torch.zeros((), dtype=torch.float32, device=dev)
+        nans = torch.zeros((), dtype=torch.float32, device=dev)
+        for row in rows:
+            nll = self._forward_nll(row)
+            loss = nll * scale
+            nans += (~torch.isfinite(loss)).float()
+            loss.backward()
+            nll_sum += nll.detach().float()
+        return nll_sum, nans
 
     def train_step(self) -> dict[str, float]:
         """One optimizer step; returns the step's metrics."""
@@ -134,19 +146,13 @@ class SFTRun:
         batch = self.loader.next_step()
         self.policy.train()
         scale = self.dist.world / max(batch.loss_tokens, 1)
-        nll_sum, nans = 0.0, 0
-        for row in batch.rows:
-            nll, _ = self._forward_nll(row)
-            loss = nll * scale
-            if not torch.isfinite(loss):
-                nans += 1
-            loss.backward()
-            nll_sum += float(nll.detach())
+        nll_sum, nans = self.accumulate(rows_to_device(batch.rows, self.dist.device), scale)
         t1 = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
-        nll_sum, nans = all_sum([nll_sum, float(nans)], self.dist)
+        # The step's one wait for the GPU: its loss and count for the log.
+        nll_sum, nans = all_sum(torch.stack([nll_sum, nans]).tolist(), self.dist)
         if self.dist.device.type == "cuda":
             torch.cuda.synchronize()
         t2 = time.perf_counter()
@@ -194,11 +200,12 @@ class SFTRun:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         self.policy.eval()
-        nll, count = 0.0, 0
-        for row in self.val:
-            n, c = self._forward_nll(row)
-            nll, count = nll + float(n), count + c
-        nll, count = all_sum([nll, float(count)], self.dist)
+        nll, count = torch.zeros((), device=self.dist.device), 0
+        for start in range(0, len(self.val), VAL_ROWS_PER_COPY):
+            for row in rows_to_device(self.val[start : start + VAL_ROWS_PER_COPY], self.dist.device):
+                nll += self._forward_nll(row).float()
+                count += row.loss_tokens
+        nll, count = all_sum([float(nll), float(count)], self.dist)
         loss = nll / max(count, 1)
         return {"val/loss": loss, "val/perplexity": math.exp(min(loss, 20.0))}
 
