@@ -7,7 +7,7 @@ fixed seed. Each run trains about ``--tokens-per-step`` tokens a step for ``--st
 
 prl: ``prl sft`` as a user starts it, with the default settings except the model, data and
 step size (documents packed into rows of ``--seq-len`` tokens). Also run with
-``trainer.model.optim-cpu-offload`` off, to show what the default's offload costs.
+``model.optim_cpu_offload`` off, to show what the default's offload costs.
 
 TRL: ``SFTTrainer`` in every setting worth trying for speed, one process each, so every
 run's peak memory is its own (each may fail; the table says which ran):
@@ -47,6 +47,7 @@ TRL_RUNS = {
     "trl-flex": {"packing": True, "gradient_checkpointing": False, "attn": "flex_attention"},
 }
 PRL_RUNS = {"prl": [], "prl-no-offload": ["--model.optim-cpu-offload", "false"]}
+PRL = [sys.executable, "-c", "from prl.cli.main import main; main()"]  # the `prl` command, this Python
 WORDS = "the of and to in is was for on that with as by at from it an be this are or have had not".split()
 
 
@@ -72,13 +73,13 @@ def make_data(path: Path, n: int, seed: int = 0) -> None:
 def run_prl(name: str, extra: list[str], args, model: Path, data: Path) -> dict:
     out = args.out / name
     cmd = [
-        sys.executable, "-c", "from prl.cli.main import main; main()", "sft",
+        *PRL, "sft",
         "--model.name", str(model), "--data.name", str(data), "--renderer.name", "auto",
         "--data.seq-len", str(args.seq_len), "--data.batch-size", str(args.tokens_per_step // args.seq_len),
         "--data.micro-batch-size", "1", "--max-steps", str(args.steps), "--optim.lr", "1e-5",
         "--output-dir", str(out), "--run.name", name, "--clean", *extra,
     ]  # fmt: skip
-    print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
+    print(f"[{name}] {' '.join(cmd[len(PRL) :])}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode:
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
@@ -205,8 +206,7 @@ def main() -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not (model / "config.json").exists():
-        init = "from prl.cli.main import main; main()"
-        subprocess.run([sys.executable, "-c", init, "model", "init", "--preset", args.preset, "--out", str(model)])
+        subprocess.run([*PRL, "model", "init", "--preset", args.preset, "--out", str(model)], check=True)
     make_data(data, args.samples)
     results: dict[str, dict] = {}
     for name in [*PRL_RUNS, *TRL_RUNS]:

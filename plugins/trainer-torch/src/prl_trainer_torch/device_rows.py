@@ -35,7 +35,7 @@ def _host_parts(row: PackedRow) -> tuple[list[torch.Tensor], int, int]:
     n = max(row.num_tokens, 1)
     mask = row.loss_mask[:n]
     cu, longest = host_bounds(row.position_ids[:n].numpy())
-    parts = [row.input_ids[:n], row.position_ids[:n], row.targets[:n], mask.long(), torch.from_numpy(cu)]
+    parts = [row.input_ids[:n], row.position_ids[:n], row.targets[:n], mask, torch.from_numpy(cu)]
     return [p.to(torch.long) for p in parts], longest, int(mask.sum())
 
 

@@ -130,14 +130,15 @@ class SFTRun:
         device value (``float``, ``int``, a truth test) per row would stop the host from
         queueing the next row's kernels until the last backward had finished."""
         dev = self.dist.device
-        nll_sum = torch.zeros((), dtype=torch.float32, device=dev)
-        nans = torch.zeros((), dtype=torch.float32, device=dev)
+        # float64, as the Python float that summed the rows' losses before them
+        nll_sum = torch.zeros((), dtype=torch.float64, device=dev)
+        nans = torch.zeros((), dtype=torch.float64, device=dev)
         for row in rows:
             nll = self._forward_nll(row)
             loss = nll * scale
-            nans += (~torch.isfinite(loss)).float()
+            nans += ~torch.isfinite(loss)
             loss.backward()
-            nll_sum += nll.detach().float()
+            nll_sum += nll.detach()
         return nll_sum, nans
 
     def train_step(self) -> dict[str, float]:
@@ -151,7 +152,7 @@ class SFTRun:
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
-        # The step's one wait for the GPU: its loss and count for the log.
+        # Read back only now, after every row's kernels are queued: the loss and count for the log.
         nll_sum, nans = all_sum(torch.stack([nll_sum, nans]).tolist(), self.dist)
         if self.dist.device.type == "cuda":
             torch.cuda.synchronize()
@@ -200,10 +201,10 @@ class SFTRun:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         self.policy.eval()
-        nll, count = torch.zeros((), device=self.dist.device), 0
+        nll, count = torch.zeros((), dtype=torch.float64, device=self.dist.device), 0
         for start in range(0, len(self.val), VAL_ROWS_PER_COPY):
             for row in rows_to_device(self.val[start : start + VAL_ROWS_PER_COPY], self.dist.device):
-                nll += self._forward_nll(row).float()
+                nll += self._forward_nll(row)
                 count += row.loss_tokens
         nll, count = all_sum([float(nll), float(count)], self.dist)
         loss = nll / max(count, 1)
