@@ -45,7 +45,8 @@ def failed_trace(task: Task, env: str, policy_version: int, error: str | None = 
 async def guarded(work: Awaitable[Trace], task: Task, env: str, policy_version: int, timeout: float | None) -> Trace:
     """Await ``work`` under ``timeout``; failures become recorded traces, never exceptions."""
     try:
-        trace = await asyncio.wait_for(work, timeout)
+        async with asyncio.timeout(timeout):
+            trace = await work
     except TimeoutError:
         log.warning("rollout of task %s in env %s timed out after %ss", task.task_id, env, timeout)
         return failed_trace(task, env, policy_version, f"timed out after {timeout:g}s", timeout=True)

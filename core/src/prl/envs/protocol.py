@@ -136,7 +136,8 @@ class ProtocolServer:
 async def _read_line(reader: asyncio.StreamReader) -> bytes:
     """One request line, or :class:`BadRequest` for one too long or too slow to arrive."""
     try:
-        return await asyncio.wait_for(reader.readline(), REQUEST_READ_TIMEOUT_S)
+        async with asyncio.timeout(REQUEST_READ_TIMEOUT_S):
+            return await reader.readline()
     except TimeoutError:
         raise BadRequest(f"no request line within {REQUEST_READ_TIMEOUT_S:g} s") from None
     except ValueError:  # over the reader's limit; the rest of the line is still coming
@@ -144,8 +145,10 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
     # Read the rest and drop it, so the client has finished sending when the error reply
     # and the close arrive (closing on unread data would reset the connection first).
     try:
-        while b"\n" not in (chunk := await asyncio.wait_for(reader.read(1 << 20), REQUEST_READ_TIMEOUT_S)):
-            if not chunk:
+        while True:
+            async with asyncio.timeout(REQUEST_READ_TIMEOUT_S):
+                chunk = await reader.read(1 << 20)
+            if not chunk or b"\n" in chunk:
                 break
     except TimeoutError:
         pass
@@ -155,11 +158,13 @@ async def _read_line(reader: asyncio.StreamReader) -> bytes:
 async def call(address: str, request: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     """One request/reply exchange; connection errors propagate to the caller."""
     host, _, port = address.rpartition(":")
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port), limit=LINE_LIMIT), 10.0)
+    async with asyncio.timeout(10.0):
+        reader, writer = await asyncio.open_connection(host, int(port), limit=LINE_LIMIT)
     try:
         writer.write(json.dumps(request).encode() + b"\n")
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
+        async with asyncio.timeout(timeout):
+            line = await reader.readline()
     finally:
         writer.close()
     if not line:

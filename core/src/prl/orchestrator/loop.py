@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prl.aio import wait_event
 from prl.live import LiveEpisodes
 from prl.orchestrator import checkpoint
 from prl.orchestrator.buffer import FinishedGroup, GroupBuffer
@@ -336,10 +337,7 @@ class Orchestrator:
             self._check_sources()
             self._arrived.clear()
             self._wake.set()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), 1.0)
-            except TimeoutError:
-                pass
+            await wait_event(self._arrived, 1.0)
 
     def _check_sources(self) -> None:
         for source in list(self.mixer.sources):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prl import layout
+from prl.aio import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +117,7 @@ class WeightFollower:
                     "Is the trainer running?"
                 )
             self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), min(1.0, timeout - waited))
-            except TimeoutError:
-                pass
+            await wait_event(self._changed, min(1.0, timeout - waited))
         return time.monotonic() - started
 
     async def stop(self) -> None:

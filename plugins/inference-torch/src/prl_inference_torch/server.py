@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
+from prl.aio import wait_event
 from prl.config.components import ServerLimitsConfig
 from prl.contracts.http import ApiError
 from prl.serving import error_responses, openapi_as_served
@@ -315,12 +316,9 @@ async def _run_request(state: ServerState, req: EngineRequest, request: Request)
     state.engine.submit(req)
     try:
         while not req.done:
-            try:
-                await asyncio.wait_for(event.wait(), timeout=1.0)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    state.engine.cancel(req)
-                    return
+            if not await wait_event(event, 1.0) and await request.is_disconnected():
+                state.engine.cancel(req)
+                return
             event.clear()
     except asyncio.CancelledError:
         state.engine.cancel(req)
