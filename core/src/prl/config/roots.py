@@ -35,7 +35,6 @@ from prl.config.sections import (
     ResumeConfig,
     RolloutTransportConfig,
     RunConfig,
-    SFTLossConfig,
     SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
@@ -44,7 +43,14 @@ from prl.config.sections import (
     default_output_dir,
 )
 from prl.config.sft_eval import SFTEvalConfig, check_sft_eval, fill_inference_model
-from prl.config.trainer_sections import TrainerModel, TrainerOptim, TrainerScheduler, check_selected, trainer_default
+from prl.config.trainer_sections import (
+    TrainerModel,
+    TrainerOptim,
+    TrainerScheduler,
+    TrainerSFTLoss,
+    check_selected,
+    trainer_default,
+)
 from prl.config.unions import PluginConfig
 
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
@@ -292,7 +298,7 @@ class SFTConfig(CommonRunFields):
     """Optimizer."""
     scheduler: TrainerScheduler = trainer_default("scheduler")
     """Learning-rate schedule."""
-    loss: SFTLossConfig = Field(default_factory=SFTLossConfig)
+    loss: TrainerSFTLoss = trainer_default("loss")
     """Loss."""
     ckpt: CkptConfig | None = None
     """Checkpointing (optional)."""
@@ -326,7 +332,8 @@ class SFTConfig(CommonRunFields):
                 "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "
                 "evaluate an export made with prl export --merge-lora"
             )
-        check_selected(self.trainer_type, {"model": self.model, "optim": self.optim, "scheduler": self.scheduler})
+        sections = {"model": self.model, "optim": self.optim, "scheduler": self.scheduler, "loss": self.loss}
+        check_selected(self.trainer_type, sections)
         self.model.data_parallel(self.num_workers)
         return self
 

@@ -63,14 +63,6 @@ class LogConfig(PrlModel):
     """Write NDJSON log lines (time, level, logger, message) instead of text."""
 
 
-class SFTLossConfig(PrlModel):
-    """The SFT loss: the mean negative log-likelihood per loss token over the global batch
-    (tokens of the roles in data.loss_mask; the same whatever the number of workers)."""
-
-    type: Literal["sft"] = "sft"
-    """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""
-
-
 class TokenizerConfig(PrlModel):
     """Tokenizer; defaults to the model's."""
 
