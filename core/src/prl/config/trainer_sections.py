@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from pydantic_core import core_schema
 
-from prl.config.base import PrlModel
+from prl.config.base import ComposedSection, PrlModel
 from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
 
 _BASES: dict[str, type[PrlModel]] = {
@@ -26,7 +25,7 @@ _BASES: dict[str, type[PrlModel]] = {
 _ATTRS = {"model": "ModelConfig", "optim": "OptimConfig", "scheduler": "SchedulerConfig", "loss": "SFTLossConfig"}
 
 
-class TrainerSection:
+class TrainerSection(ComposedSection):
     """Schema hook for a section a trainer plugin owns (``model``, ``optim``, ``scheduler``,
     ``loss``): the class the installed default trainer declares for it, else core's base."""
 
@@ -44,9 +43,6 @@ class TrainerSection:
 
     def default(self) -> PrlModel:
         return self.model()()
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return handler.generate_schema(self.model())
 
 
 TrainerModel = Annotated[TrainerModelConfig, TrainerSection("model")]
