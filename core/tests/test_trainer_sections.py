@@ -1,4 +1,5 @@
-"""trainer.model / optim / scheduler come from the trainer plugin, found through the registry."""
+"""trainer.model / optim / scheduler (and prl sft's loss) come from the trainer plugin, found through
+the registry."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_sections_are_the_default_trainers_classes():
     cls = get_registry().get("trainers", default)
     config = TrainerConfig()
     assert type(config.model) is cls.ModelConfig and type(config.optim) is cls.OptimConfig
-    assert type(SFTConfig().scheduler) is cls.SchedulerConfig
+    assert type(SFTConfig().scheduler) is cls.SchedulerConfig and type(SFTConfig().loss) is cls.SFTLossConfig
 
 
 def test_a_selected_trainer_with_its_own_sections_must_be_the_default(register_plugin):

@@ -24,11 +24,10 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from prl.config.base import PluginConfigBase
+from prl.config.base import ComposedSection, PluginConfigBase
 from prl.config.introspect import Shape, shape_of
 from prl.config.monitors import MonitorsSection
 from prl.config.sections import default_output_dir
-from prl.config.trainer_sections import TrainerSection
 
 IN_REPO_PREFIX = "prl-"
 """Only plugins from distributions named ``prl-*`` (this repository) are documented, so the
@@ -302,8 +301,8 @@ def field_type(info: FieldInfo, cat: Catalog) -> str:
         text = f"[{_kind_label(shape.plugin_kind)} plugin](#{_union_anchor(shape.plugin_kind)})"
         return f"{text} or None" if shape.optional else text
     meta = _field_meta(info)
-    if children and (_monitor_section(meta) is not None or any(isinstance(m, TrainerSection) for m in meta)):
-        return cat.link(children[0])
+    if children and any(isinstance(m, ComposedSection) for m in meta):
+        return f"{cat.link(children[0])} or None" if shape.optional else cat.link(children[0])
     marks = [c for c in (_constraint(m) for m in info.metadata) if c]
     text = type_text(info.annotation, cat)
     return f"{text} {', '.join(marks)}" if marks else text

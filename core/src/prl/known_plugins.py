@@ -28,8 +28,9 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "prl-model-init": ("plugins/model-init", {"commands": ("model",)}),
     "prl-weights-filesystem": ("plugins/weights-filesystem", {"weight_transports": ("filesystem",)}),
     "prl-weights-nccl": ("plugins/weights-nccl", {"weight_transports": ("nccl",)}),
-    "prl-launcher-local": ("launchers/local", {"launchers": ("local",)}),
-    "prl-launcher-slurm": ("launchers/slurm", {"launchers": ("slurm",)}),
+    # with the reference's [deployment] type spellings each stands for (reference_types)
+    "prl-launcher-local": ("launchers/local", {"launchers": ("local", "single_node")}),
+    "prl-launcher-slurm": ("launchers/slurm", {"launchers": ("slurm", "multi_node")}),
     "prl-inference-torch": ("plugins/inference-torch", {"inference_backends": ("torch",)}),
     "prl-inference-vllm": ("plugins/inference-vllm", {"inference_backends": ("vllm",)}),
     "prl-trainer-torch": ("plugins/trainer-torch", {"trainers": ("torch",)}),

@@ -25,6 +25,7 @@ from prl.cli.placement import (
 )
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
+from prl.config.launcher_sections import sections_set
 from prl.config.model_paths import check_renderers, needs_of
 from prl.config.resolve import Resolved, resolve
 from prl.logs import LOG_FILE_ENV
@@ -208,19 +209,19 @@ def cmd_doctor(argv: list[str]) -> int:
 
 
 def _placed_inference(cfg, entry: str):
-    """The inference config of the server a run's own launcher starts. Its ``slurm``
-    (filled from the run's ``[slurm]``) only says the run is under SLURM, where the server
-    runs inside the run's job: the child's resolved config has none, so it serves where it
-    is started instead of submitting a second job."""
+    """The inference config of the server a run's own launcher starts. A launcher's section
+    in it (filled from the run's, e.g. ``[slurm]``) only says the run is under that
+    launcher, where the server runs inside the run's job: the child's resolved config has
+    none, so it serves where it is started instead of submitting a job of its own."""
     inference = cfg.inference
-    if inference.slurm is None:
-        return inference
-    if cfg.slurm is None:
-        raise ConfigError(
-            f"--inference.slurm: {entry} starts its inference server itself, not as a SLURM job of its own; "
-            "set the top-level [slurm] to submit the whole run, or drop inference.slurm"
-        )
-    return inference.model_copy(update={"slurm": None})
+    own = sections_set(inference)
+    for name in own:
+        if getattr(cfg, name, None) is None:
+            raise ConfigError(
+                f"--inference.{name}: {entry} starts its inference server itself, not as a job of its own; "
+                f"set the top-level [{name}] to submit the whole run, or drop inference.{name}"
+            )
+    return inference.model_copy(update=dict.fromkeys(own)) if own else inference
 
 
 def _launch(entry: str, cfg, paths: RunPaths, processes: list) -> int:
@@ -365,7 +366,8 @@ def cmd_inference(argv: list[str]) -> int:
     from prl.config.components import InferenceConfig
 
     # --dry-run is the command's own flag (InferenceConfig is also a sub-config of rl/sft,
-    # whose children must always serve): with [slurm] it renders the job, else it validates.
+    # whose children must always serve): with a launcher's section ([slurm]) it renders the
+    # job, else it validates.
     dry_run = "--dry-run" in argv
     res = _resolve_or_help(InferenceConfig, [a for a in argv if a != "--dry-run"], "prl inference")
     if res is None:
@@ -374,8 +376,9 @@ def cmd_inference(argv: list[str]) -> int:
     _models_and_data(cfg, res, dry_run)
     if cfg.backend is None:
         raise MissingMachinery("no inference backend plugin is installed (pip install -e plugins/inference-torch)")
-    if cfg.slurm is not None:
-        return _submit_inference(cfg, res, argv, dry_run)
+    own = sections_set(cfg)
+    if own:
+        return _submit_inference(cfg, res, argv, dry_run, own)
     if dry_run:
         print("Dry run complete: the config is valid. Remove --dry-run to serve.")
         return 0
@@ -391,24 +394,25 @@ def cmd_inference(argv: list[str]) -> int:
     return 0
 
 
-def _submit_inference(cfg, res: Resolved, argv: list[str], dry_run: bool) -> int:
-    """``prl inference`` with ``[slurm]``: the server as a SLURM job of its own, through the
-    slurm launcher (which submits, prints where the server is reached and follows the job).
-    The job serves ``resolved/inference.json``: ``slurm`` cleared (the job serves instead of
-    submitting again) and a loopback host widened to every interface, so clients off the
-    node reach it."""
+def _submit_inference(cfg, res: Resolved, argv: list[str], dry_run: bool, own: dict[str, str]) -> int:
+    """``prl inference`` with a launcher's section (``[slurm]``): the server as a job of its
+    own, through that launcher (which submits, prints where the server is reached and follows
+    the job). The job serves ``resolved/inference.json``: the section cleared (the job serves
+    instead of submitting again) and a loopback host widened to every interface, so clients
+    off the node reach it."""
     from prl.plugins import LAUNCHERS
     from prl.rl_launch import child_env, inference_process
     from prl.runs import has_artifacts
     from prl.serving import is_loopback
 
-    launcher_cls = _plugin(LAUNCHERS, "slurm")
+    name, tag = next(iter(own.items()))  # the spec gives a server one launcher section
+    launcher_cls = _plugin(LAUNCHERS, tag)
     if cfg.run.name is None:
         cfg.run.name = generate_name(["inference"], cfg.model.name)
     run_dir = run_dir_of(cfg.output_dir, cfg.run.name, cfg.run.dir)
     if has_artifacts(run_dir):
         raise ConfigError(f"--run.name: {run_dir} already holds an earlier run; choose another --run.name")
-    child = cfg.model_copy(deep=True, update={"slurm": None})
+    child = cfg.model_copy(deep=True, update={name: None})
     if is_loopback(child.server.host):
         child.server.host = "0.0.0.0"
     res.parsed_argv = argv

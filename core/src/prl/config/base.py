@@ -26,6 +26,18 @@ class PrlModel(BaseModel):
     )
 
 
+class ComposedSection:
+    """Schema hook of a section whose model the installed plugins decide (``[monitors]``, a
+    trainer's or a launcher's own sections). ``model()`` is that model: validation builds its
+    schema, and help, did-you-mean and the generated docs list its fields."""
+
+    def model(self) -> type[PrlModel]:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(self.model())
+
+
 # Config class -> the plugin class that nests it (filled by prl.contracts.base.Plugin).
 _OWNERS: dict[type, type] = {}
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from prl.config.base import PrlModel
+from prl.config.launcher_sections import launcher_section
 from prl.config.monitors import MonitorsSection
 from prl.config.sections import (
     CkptConfig,
@@ -22,7 +23,6 @@ from prl.config.sections import (
     RolloutTransportConfig,
     RunConfig,
     SamplingConfig,
-    SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
     _default_plugin,
@@ -40,6 +40,7 @@ _TASKSETS = PluginConfig["tasksets"]
 _ALGORITHMS = PluginConfig["algorithms"]
 _LOSSES = PluginConfig["losses"]
 _INFERENCE_BACKENDS = PluginConfig["inference_backends"]
+_SLURM = launcher_section("slurm")
 
 
 class HarnessConfig(PrlModel):
@@ -417,7 +418,7 @@ class InferenceConfig(PrlModel):
     """Run identity."""
     env_vars: EnvVars = {}
     """Environment variables set in this component's process (over the top-level env_vars)."""
-    slurm: SlurmConfig | None = None
+    slurm: _SLURM = None
     """Run ``prl inference`` as a SLURM job of its own (optional; --dry-run renders it only).
     Under ``prl rl`` it is filled from the run's ``[slurm]``, and the server runs inside the
     run's job instead (docs/slurm.md)."""

@@ -13,9 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from prl.config.base import PrlModel
-from prl.config.monitors import MonitorsSection
-from prl.config.trainer_sections import TrainerSection
+from prl.config.base import ComposedSection, PrlModel
 from prl.config.unions import _PluginUnion
 
 
@@ -61,7 +59,7 @@ def shape_of(annotation: Any, metadata: list | None = None) -> Shape:
 
             models = [cls.Config for cls in get_registry().classes(m.kind).values()]
             return Shape("model", optional, models, plugin_kind=m.kind)
-        if isinstance(m, (MonitorsSection, TrainerSection)):
+        if isinstance(m, ComposedSection):
             return Shape("model", optional, [m.model()])
     if isinstance(tp, list):
         return Shape("model", optional, tp)

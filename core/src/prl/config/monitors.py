@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, create_model
-from pydantic_core import core_schema
 
-from prl.config.base import PrlModel
+from prl.config.base import ComposedSection, PrlModel
 
 
-class MonitorsSection:
+class MonitorsSection(ComposedSection):
     """Schema hook for ``[monitors]``. ``component`` sections turn on the monitors whose
     class says ``enabled_by_default``; shared RL-level sections default every key to None."""
 
@@ -33,9 +32,6 @@ class MonitorsSection:
         model = create_model(name, __base__=PrlModel, **fields)
         model.__doc__ = "Metric sinks, one optional section per installed monitor plugin."
         return model
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return handler.generate_schema(self.model())
 
 
 def check_run_wide(trainer: Any, orchestrator: Any) -> None:

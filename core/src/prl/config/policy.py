@@ -2,9 +2,9 @@
 
 Core reads only a few things of the trained model (its name, LoRA, seq_len) and of the
 optimizer; everything else under ``trainer.model``, ``trainer.optim`` and
-``trainer.scheduler`` (``prl sft``: ``model``, ``optim``, ``scheduler``) is the trainer
-plugin's. A plugin declares its classes on its :class:`prl.contracts.trainer.Trainer`
-(``ModelConfig``, ``OptimConfig``, ``SchedulerConfig``), subclassing the bases here, and
+``trainer.scheduler`` (``prl sft``: ``model``, ``optim``, ``scheduler`` and ``loss``) is
+the trainer plugin's. A plugin declares its classes on its :class:`prl.contracts.trainer.Trainer`
+(``ModelConfig``, ``OptimConfig``, ``SchedulerConfig``, ``SFTLossConfig``), subclassing the bases here, and
 :class:`prl.config.trainer_sections.TrainerSection` composes them into the root configs
 from the registry, so the user's paths and flags stay ``trainer.model.<field>`` whatever
 trainer defines them.
@@ -86,3 +86,8 @@ class TrainerOptimConfig(PrlModel):
 
 class TrainerSchedulerConfig(PrlModel):
     """Learning-rate schedule settings: a trainer plugin subclasses this with its own."""
+
+
+class TrainerSFTLossConfig(PrlModel):
+    """The SFT loss's settings (``prl sft``'s ``[loss]``): a trainer plugin subclasses this
+    with its own; core reads none of them."""

@@ -13,6 +13,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from prl.config.launcher_sections import owned_sections
+
 _MISSING = object()
 
 # (shared path, [target paths]) for leaf fields.
@@ -46,9 +48,6 @@ _LEAVES: list[tuple[str, list[str]]] = [
 _CKPT_FIELDS = ("output_dir", "interval", "keep_last", "keep_interval")
 _COPIED_OVER = {"resume": ["trainer", "orchestrator"], "weight_broadcast": ["trainer", "orchestrator"]}
 _RUN_TARGETS = ("trainer", "orchestrator", "inference")
-# Shared sections that reach other sub-configs than trainer and orchestrator. [slurm] only
-# fills inference.slurm where set: a null shared value propagates nothing.
-_SECTION_TARGETS = {"slurm": ("inference",)}
 
 
 def _get(data: dict, path: str) -> Any:
@@ -86,10 +85,11 @@ def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str
 
 def _section_components(shared: str) -> tuple[str, ...]:
     """Which sub-configs a shared section reaches: both, except a monitor whose class names
-    fewer in ``rl_components`` (prime: the orchestrator only)."""
+    fewer in ``rl_components`` (prime: the orchestrator only) and a launcher's own section,
+    which reaches the inference server's."""
     both = ("trainer", "orchestrator")
-    if shared in _SECTION_TARGETS:
-        return _SECTION_TARGETS[shared]
+    if shared in owned_sections():
+        return ("inference",)
     if not shared.startswith("monitors."):
         return both
     from prl.plugins import get_registry
@@ -144,7 +144,7 @@ def propagate_shared(raw: dict) -> dict:
 def release_overridden(lower: dict, upper: dict) -> dict:
     """``lower`` without the component copies of the shared values that ``upper`` sets again.
 
-    A dumped RLConfig (the SLURM launcher's ``resolved/rl.json``) holds each shared value at
+    A dumped RLConfig (a batch launcher's ``resolved/rl.json``) holds each shared value at
     the top and again in every component it reached. When a later layer (a file to its
     right, a flag) changes the shared value, a component value equal to ``lower``'s shared
     value is such a copy: it goes, and propagation fills it from the new value. A component
@@ -189,8 +189,8 @@ def _shared_sections(data: dict) -> list[tuple[str, tuple[str, ...] | None]]:
     sections: list[tuple[str, tuple[str, ...] | None]] = []
     if "ckpt" in data:
         sections.append(("ckpt", _CKPT_FIELDS))
-    if isinstance(data.get("slurm"), dict):
-        sections.append(("slurm", None))
+    # A launcher's section only fills inference's where set: a null one propagates nothing.
+    sections += [(tag, None) for tag in owned_sections() if isinstance(data.get(tag), dict)]
     monitors = data.get("monitors")
     for key in monitors if isinstance(monitors, dict) else {}:
         sections.append((f"monitors.{key}", None))
@@ -199,7 +199,8 @@ def _shared_sections(data: dict) -> list[tuple[str, tuple[str, ...] | None]]:
 
 def _propagate_sections(data: dict, conflicts: list[str]) -> None:
     """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
-    trainer and orchestrator, then fill their fields; ``[slurm]`` does so in inference."""
+    trainer and orchestrator, then fill their fields; a launcher's own section (``[slurm]``)
+    does so in inference."""
     for shared, fields in _shared_sections(data):
         value = _get(data, shared)
         if value is not None and not isinstance(value, dict):

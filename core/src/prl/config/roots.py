@@ -19,6 +19,7 @@ from prl.config.components import (
     expand_backend_section,
 )
 from prl.config.errors import ConfigError
+from prl.config.launcher_sections import launcher_section, pick_launcher
 from prl.config.monitors import MonitorsSection, check_run_wide
 from prl.config.propagate import propagate_shared, release_overridden
 from prl.config.replay import check_sampling_replay
@@ -35,8 +36,6 @@ from prl.config.sections import (
     ResumeConfig,
     RolloutTransportConfig,
     RunConfig,
-    SFTLossConfig,
-    SlurmConfig,
     TokenizerConfig,
     WeightBroadcastField,
     _default_plugin,
@@ -44,34 +43,21 @@ from prl.config.sections import (
     default_output_dir,
 )
 from prl.config.sft_eval import SFTEvalConfig, check_sft_eval, fill_inference_model
-from prl.config.trainer_sections import TrainerModel, TrainerOptim, TrainerScheduler, check_selected, trainer_default
+from prl.config.trainer_sections import (
+    TrainerModel,
+    TrainerOptim,
+    TrainerScheduler,
+    TrainerSFTLoss,
+    check_selected,
+    trainer_default,
+)
 from prl.config.unions import PluginConfig
 
 SharedMonitors = Annotated[PrlModel, MonitorsSection(component=False)]
 
 
 _LAUNCHERS = PluginConfig["launchers"]
-
-
-def _reference_deployment(data: dict) -> dict:
-    """Map the reference spellings of ``[deployment] type`` onto launcher plugins:
-    ``single_node`` is the local launcher, or the slurm one when ``[slurm]`` is set;
-    ``multi_node`` is always slurm. A ``[slurm]`` section without a type picks slurm too.
-    The topology fields (gpus_per_node, num_*_gpus, num_*_nodes) are kept as given."""
-    slurm_on = data.get("slurm") is not None
-    dep = data.get("deployment")
-    if dep is None and slurm_on:
-        return {**data, "deployment": {"type": "slurm"}}
-    if not isinstance(dep, dict):
-        return data
-    kind = dep.get("type")
-    if kind == "single_node":
-        dep = {**dep, "type": "slurm" if slurm_on else "local"}
-    elif kind == "multi_node" or (kind is None and slurm_on):
-        dep = {**dep, "type": "slurm"}
-    elif kind == "local" and slurm_on:
-        raise ValueError("[slurm] is set but [deployment] type is 'local': use type = 'slurm' or drop [slurm]")
-    return {**data, "deployment": dep}
+_SLURM = launcher_section("slurm")
 
 
 class CommonRunFields(PrlModel):
@@ -95,13 +81,13 @@ class CommonRunFields(PrlModel):
     deployment: _LAUNCHERS = Field(default_factory=lambda: _default_plugin("launchers"))
     """Launcher, selected by ``type`` (local, slurm; the reference's single_node and
     multi_node are accepted too)."""
-    slurm: SlurmConfig | None = None
+    slurm: _SLURM = None
     """SLURM settings (optional; setting it submits through the slurm launcher)."""
 
     @model_validator(mode="before")
     @classmethod
     def _deployment_spelling(cls, data: Any) -> Any:
-        return _reference_deployment(data) if isinstance(data, dict) else data
+        return pick_launcher(data, cls) if isinstance(data, dict) else data
 
 
 class RLConfig(CommonRunFields):
@@ -292,7 +278,7 @@ class SFTConfig(CommonRunFields):
     """Optimizer."""
     scheduler: TrainerScheduler = trainer_default("scheduler")
     """Learning-rate schedule."""
-    loss: SFTLossConfig = Field(default_factory=SFTLossConfig)
+    loss: TrainerSFTLoss = trainer_default("loss")
     """Loss."""
     ckpt: CkptConfig | None = None
     """Checkpointing (optional)."""
@@ -326,7 +312,8 @@ class SFTConfig(CommonRunFields):
                 "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "
                 "evaluate an export made with prl export --merge-lora"
             )
-        check_selected(self.trainer_type, {"model": self.model, "optim": self.optim, "scheduler": self.scheduler})
+        sections = {"model": self.model, "optim": self.optim, "scheduler": self.scheduler, "loss": self.loss}
+        check_selected(self.trainer_type, sections)
         self.model.data_parallel(self.num_workers)
         return self
 

@@ -63,14 +63,6 @@ class LogConfig(PrlModel):
     """Write NDJSON log lines (time, level, logger, message) instead of text."""
 
 
-class SFTLossConfig(PrlModel):
-    """The SFT loss: the mean negative log-likelihood per loss token over the global batch
-    (tokens of the roles in data.loss_mask; the same whatever the number of workers)."""
-
-    type: Literal["sft"] = "sft"
-    """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""
-
-
 class TokenizerConfig(PrlModel):
     """Tokenizer; defaults to the model's."""
 
@@ -191,36 +183,6 @@ class ConcurrencyConfig(PrlModel):
         if self.min_inflight > self.max_inflight:
             raise ValueError(f"min_inflight ({self.min_inflight}) exceeds max_inflight ({self.max_inflight})")
         return self
-
-
-class SlurmConfig(PrlModel):
-    """SLURM submission settings (``--slurm`` turns them on with these defaults)."""
-
-    job_name: str | None = None
-    """Job name (--job-name); None uses the run name."""
-    partition: str | None = None
-    """Partition (--partition)."""
-    account: str | None = None
-    """Account (--account)."""
-    qos: str | None = None
-    """Quality of service (--qos)."""
-    time: str = "24:00:00"
-    """Wall-clock limit (--time)."""
-    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
-    """GPUs to request per node (--gpus-per-node); None requests none (a CPU job) unless
-    [deployment] gpus_per_node is set."""
-    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
-    """CPUs per node task (--cpus-per-task)."""
-    mem: str | None = None
-    """Memory per node (--mem), e.g. "64G"; "0" asks for all of it."""
-    extra_directives: list[str] = []
-    """Extra #SBATCH lines, written as given after "#SBATCH ", e.g. "--exclusive"."""
-    setup: list[str] = []
-    """Shell lines run before prl in the job (module loads, venv activation)."""
-    template: Path | None = None
-    """A Jinja2 sbatch template replacing the built-in one (docs/slurm.md lists its variables)."""
-    detach: bool = False
-    """Return once the job is submitted instead of waiting for it and streaming its status."""
 
 
 _WEIGHT_TRANSPORTS = PluginConfig["weight_transports"]

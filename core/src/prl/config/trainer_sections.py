@@ -1,9 +1,9 @@
 """Schema hook composing the sections a trainer plugin owns into the root configs.
 
 ``trainer.model``, ``trainer.optim`` and ``trainer.scheduler`` (``prl sft``: ``model``,
-``optim``, ``scheduler``) take the classes the installed default trainer declares on its
-:class:`prl.contracts.trainer.Trainer` (``ModelConfig``, ``OptimConfig``,
-``SchedulerConfig``); with no trainer installed they are core's bases
+``optim``, ``scheduler``, and ``loss``) take the classes the installed default trainer
+declares on its :class:`prl.contracts.trainer.Trainer` (``ModelConfig``, ``OptimConfig``,
+``SchedulerConfig``, ``SFTLossConfig``); with no trainer installed they are core's bases
 (:mod:`prl.config.policy`). Configs are rebuilt when plugins register, like plugin unions.
 """
 
@@ -12,22 +12,22 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import Field
-from pydantic_core import core_schema
 
-from prl.config.base import PrlModel
-from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig
+from prl.config.base import ComposedSection, PrlModel
+from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
 
 _BASES: dict[str, type[PrlModel]] = {
     "model": TrainerModelConfig,
     "optim": TrainerOptimConfig,
     "scheduler": TrainerSchedulerConfig,
+    "loss": TrainerSFTLossConfig,
 }
-_ATTRS = {"model": "ModelConfig", "optim": "OptimConfig", "scheduler": "SchedulerConfig"}
+_ATTRS = {"model": "ModelConfig", "optim": "OptimConfig", "scheduler": "SchedulerConfig", "loss": "SFTLossConfig"}
 
 
-class TrainerSection:
-    """Schema hook for a section a trainer plugin owns (``model``, ``optim``, ``scheduler``):
-    the class the installed default trainer declares for it, else core's base."""
+class TrainerSection(ComposedSection):
+    """Schema hook for a section a trainer plugin owns (``model``, ``optim``, ``scheduler``,
+    ``loss``): the class the installed default trainer declares for it, else core's base."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -44,9 +44,6 @@ class TrainerSection:
     def default(self) -> PrlModel:
         return self.model()()
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return handler.generate_schema(self.model())
-
 
 TrainerModel = Annotated[TrainerModelConfig, TrainerSection("model")]
 """Field type of ``trainer.model`` (``prl sft``: ``model``): the default trainer's class."""
@@ -54,6 +51,8 @@ TrainerOptim = Annotated[TrainerOptimConfig, TrainerSection("optim")]
 """Field type of ``trainer.optim``."""
 TrainerScheduler = Annotated[TrainerSchedulerConfig, TrainerSection("scheduler")]
 """Field type of ``trainer.scheduler``."""
+TrainerSFTLoss = Annotated[TrainerSFTLossConfig, TrainerSection("loss")]
+"""Field type of ``prl sft``'s ``loss``."""
 
 
 def trainer_default(name: str) -> Any:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from prl.config.base import PluginConfigBase
+from prl.config.base import PluginConfigBase, PrlModel
 from prl.contracts.base import Plugin
 
 
@@ -22,7 +22,7 @@ class LauncherConfig(PluginConfigBase):
     def build(self, *, run_dir: Path, root: Any = None) -> Launcher:
         """The launcher this config selects, for the run at ``run_dir``; ``root`` is the
         command's resolved root config (RLConfig, SFTConfig), for run-wide settings such
-        as ``[slurm]``."""
+        as the launcher's own section (:attr:`Launcher.SectionConfig`)."""
         return super().build(run_dir=run_dir, root=root)
 
     def gpu_ids(self) -> set[int]:
@@ -62,6 +62,15 @@ class Launcher(Plugin, ABC):
 
     type: ClassVar[str]
     Config: ClassVar[type[LauncherConfig]] = LauncherConfig
+    SectionConfig: ClassVar[type[PrlModel] | None] = None
+    """The settings of this launcher's own section, which the spec names after its ``type``
+    at the top level of a run's config and under ``[inference]`` (a server run as a job of
+    its own); None for a launcher without one. Core composes this class in through the
+    registry (:mod:`prl.config.launcher_sections`) and reads none of its fields; setting the
+    section selects this launcher, and the launcher reads it from ``root``."""
+    reference_types: ClassVar[tuple[str, ...]] = ()
+    """The reference's ``[deployment] type`` spellings (``single_node``, ``multi_node``)
+    this launcher stands for when no launcher section picks another."""
 
     def __init__(self, config: LauncherConfig, run_dir: Path, root: Any = None) -> None:
         self.config = config

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from prl.config.base import PluginConfigBase, PrlModel
-from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig
+from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
 from prl.contracts.base import Plugin
 from prl.contracts.launcher import ProcessSpec
 
@@ -33,10 +33,11 @@ class Trainer(Plugin, ABC):
     type: ClassVar[str]
     Config: ClassVar[type[TrainerBackendConfig]] = TrainerBackendConfig
     # The sections this trainer reads, composed into ``trainer.model``/``optim``/``scheduler``
-    # (``prl sft``: ``model``/``optim``/``scheduler``) from the installed default trainer.
+    # (``prl sft``: ``model``/``optim``/``scheduler``/``loss``) from the installed default trainer.
     ModelConfig: ClassVar[type[TrainerModelConfig]] = TrainerModelConfig
     OptimConfig: ClassVar[type[TrainerOptimConfig]] = TrainerOptimConfig
     SchedulerConfig: ClassVar[type[TrainerSchedulerConfig]] = TrainerSchedulerConfig
+    SFTLossConfig: ClassVar[type[TrainerSFTLossConfig]] = TrainerSFTLossConfig
 
     @classmethod
     @abstractmethod

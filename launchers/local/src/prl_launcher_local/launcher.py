@@ -49,6 +49,7 @@ class LocalLauncher(Launcher):
 
     type: ClassVar[str] = "local"
     is_default: ClassVar[bool] = True
+    reference_types: ClassVar[tuple[str, ...]] = ("single_node",)
 
     class Config(LauncherConfig):
         type: Literal["local"] = "local"

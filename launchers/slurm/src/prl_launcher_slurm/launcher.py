@@ -41,13 +41,15 @@ from prl_launcher_slurm.script import (
     write_plan,
 )
 from prl_launcher_slurm.server import ServerAddress, with_api_key
-from prl_launcher_slurm.settings import SlurmSettings
+from prl_launcher_slurm.settings import SlurmConfig, SlurmSettings
 
 
 class SlurmLauncher(Launcher):
     """Submits the run as one SLURM job and follows it (see the module docstring)."""
 
     type: ClassVar[str] = "slurm"
+    SectionConfig = SlurmConfig  # [slurm] and inference.slurm: set, the run (or server) goes through this launcher
+    reference_types: ClassVar[tuple[str, ...]] = ("multi_node",)
 
     class Config(SlurmSettings):  # the fields live in prl_launcher_slurm.settings (the script reads them too)
         pass

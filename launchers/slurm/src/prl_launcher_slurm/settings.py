@@ -1,14 +1,46 @@
-"""The SLURM launcher's settings: ``[deployment]`` with ``type = "slurm"``. Its own module,
-so the job script (:mod:`prl_launcher_slurm.script`) reads them without importing the
-launcher that renders it."""
+"""The SLURM launcher's settings: ``[deployment]`` with ``type = "slurm"`` and its own section
+``[slurm]`` (also ``inference.slurm``). Their own module, so the job script
+(:mod:`prl_launcher_slurm.script`) reads them without importing the launcher that renders it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from prl.config.base import PrlModel
 from prl.contracts.launcher import LauncherConfig
+
+
+class SlurmConfig(PrlModel):
+    """SLURM submission settings (``--slurm`` turns them on with these defaults)."""
+
+    job_name: str | None = None
+    """Job name (--job-name); None uses the run name."""
+    partition: str | None = None
+    """Partition (--partition)."""
+    account: str | None = None
+    """Account (--account)."""
+    qos: str | None = None
+    """Quality of service (--qos)."""
+    time: str = "24:00:00"
+    """Wall-clock limit (--time)."""
+    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+    """GPUs to request per node (--gpus-per-node); None requests none (a CPU job) unless
+    [deployment] gpus_per_node is set."""
+    cpus_per_task: Annotated[int, Field(ge=1)] | None = None
+    """CPUs per node task (--cpus-per-task)."""
+    mem: str | None = None
+    """Memory per node (--mem), e.g. "64G"; "0" asks for all of it."""
+    extra_directives: list[str] = []
+    """Extra #SBATCH lines, written as given after "#SBATCH ", e.g. "--exclusive"."""
+    setup: list[str] = []
+    """Shell lines run before prl in the job (module loads, venv activation)."""
+    template: Path | None = None
+    """A Jinja2 sbatch template replacing the built-in one (docs/slurm.md lists its variables)."""
+    detach: bool = False
+    """Return once the job is submitted instead of waiting for it and streaming its status."""
 
 
 class SlurmSettings(LauncherConfig):

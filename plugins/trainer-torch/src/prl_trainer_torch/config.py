@@ -1,5 +1,5 @@
 """The torch trainer's settings: ``trainer.model``, ``trainer.optim`` and ``trainer.scheduler``
-(``prl sft``: ``model``, ``optim``, ``scheduler``).
+(``prl sft``: ``model``, ``optim``, ``scheduler``, and the SFT ``loss``).
 
 Core knows only the bases in :mod:`prl.config.policy`; :class:`TorchTrainer` names these
 classes, and core composes them into the root configs through the registry, so the user
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from prl.config.base import PrlModel
-from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig
+from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
 
 
 class GCConfig(PrlModel):
@@ -117,3 +117,11 @@ class SchedulerConfig(TrainerSchedulerConfig):
     """Linear decay steps at the end of training (linear)."""
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Final lr as a fraction of the peak."""
+
+
+class SFTLossConfig(TrainerSFTLossConfig):
+    """The SFT loss: the mean negative log-likelihood per loss token over the global batch
+    (tokens of the roles in data.loss_mask; the same whatever the number of workers)."""
+
+    type: Literal["sft"] = "sft"
+    """Masked NLL, the only SFT loss (RL losses are [trainer.loss] of prl rl)."""

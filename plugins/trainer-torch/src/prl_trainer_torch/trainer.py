@@ -69,6 +69,7 @@ class TorchTrainer(Trainer):
     ModelConfig = config.ModelTrainConfig
     OptimConfig = config.OptimConfig
     SchedulerConfig = config.SchedulerConfig
+    SFTLossConfig = config.SFTLossConfig
 
     @classmethod
     def run_sft(cls, config: SFTConfig) -> int:
