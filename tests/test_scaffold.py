@@ -147,6 +147,9 @@ def test_one_config_selects_every_new_plugin(root, site):
 
 
 RENDERER_SYSTEM = "You answer as the scaffolded renderer asks."
+# The in-repo distributions the real run leans on: the tiny model, the bases of the backend
+# and trainer scaffolds, reverse-text, and the file monitor whose traces it reads back.
+RUN_NEEDS = ("prl_model_init", "prl_inference_torch", "prl_trainer_torch", "prl_tasks_builtin", "prl_monitor_file")
 
 
 @pytest.mark.slow
@@ -157,7 +160,7 @@ def test_a_real_prl_rl_run_uses_every_new_plugin(root, site):
     The tiny random model never answers the new taskset's arithmetic, so its groups carry no
     signal and are left out of batches: reverse-text (partial credit) stays a source so the
     steps train on something and the new algorithm and loss have work to do."""
-    for module in ("prl_model_init", "prl_inference_torch", "prl_trainer_torch", "prl_tasks_builtin"):
+    for module in RUN_NEEDS:
         pytest.importorskip(module)
     from prl_model_init.build import make_model
 
