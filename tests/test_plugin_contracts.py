@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import pytest
 
+from prl.contracts import WeightTransport, WeightTransportConfig
 from prl.plugins import KINDS, get_registry
 from prl.testing import assert_plugin_contract
 from prl.testing.fakes import FakeLoss
@@ -29,3 +32,22 @@ def test_a_broken_plugin_is_named(register_plugin):
 def test_an_unregistered_plugin_is_caught():
     with pytest.raises(AssertionError, match="loss type 'fake_loss' is registered as None"):
         assert_plugin_contract(FakeLoss)
+
+
+def test_an_override_that_drops_a_contract_argument_is_named():
+    # Core's weight follower calls receive(version, timeout, load): an override written
+    # from an older contract would fail only in a real run, after start-up.
+    class OldReceive(WeightTransport):
+        type: ClassVar[str] = "old_receive"
+
+        class Config(WeightTransportConfig):
+            type: Literal["old_receive"] = "old_receive"
+
+        def publish(self, state_dict, version):
+            pass
+
+        def receive(self, version, timeout):
+            return None
+
+    with pytest.raises(AssertionError, match=r"OldReceive.receive\(self, version, timeout\) does not take the call"):
+        assert_plugin_contract(OldReceive, registered=False)

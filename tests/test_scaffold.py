@@ -1,9 +1,11 @@
 """`prl new plugin KIND NAME` gives, for every plugin kind, a distribution that installs,
-shows up in `prl plugins`, passes its own tests and is ruff-clean.
+shows up in `prl plugins`, passes its own tests, is ruff-clean, and runs: one real
+`prl rl` selects all nine new plugins at once.
 
-Every kind is scaffolded once per module into a temporary directory and installed there
-with one `pip install --target` (not editable, so the venv stays untouched); the listing
-and the generated tests then run in subprocesses that see that directory on PYTHONPATH.
+Every kind is scaffolded once per module into a temporary directory (outside the
+repository) and installed there with one `pip install --target` (not editable, so the venv
+stays untouched); the listing, the generated tests and the run then happen in subprocesses
+that see that directory on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ def clean_env(**extra: str) -> dict[str, str]:
     # Plugin switches of the outer environment must not hide the new plugins.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PRL_", "PYTEST_"))}
     return {**env, **extra}
+
+
+def on_path(site: Path) -> str:
+    """PYTHONPATH with the installed scaffolds first (and whatever the outer one held)."""
+    return os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def run(*argv: str | Path, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -68,7 +75,7 @@ def site(root) -> Path:
 
 @pytest.fixture(scope="module")
 def listing(root, site) -> dict[str, dict]:
-    result = run(sys.executable, "-m", "prl", "plugins", "--json", cwd=root, PYTHONPATH=str(site))
+    result = run(sys.executable, "-m", "prl", "plugins", "--json", cwd=root, PYTHONPATH=on_path(site))
     assert result.returncode == 0, result.stderr
     return {row["distribution"]: row for row in json.loads(result.stdout)}
 
@@ -80,7 +87,7 @@ def generated_tests(root, site) -> dict[str, list[str]]:
     dirs = [root / "src" / alias / "tests" for alias in ALIASES]
     pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=importlib"]
     junit = ["--rootdir", root, "-o", "junit_family=xunit1", f"--junitxml={report}"]
-    result = run(*pytest_argv, *junit, *dirs, cwd=root, PYTHONPATH=str(site))
+    result = run(*pytest_argv, *junit, *dirs, cwd=root, PYTHONPATH=on_path(site))
     assert report.exists(), result.stdout + result.stderr
     outcomes: dict[str, list[str]] = {}
     for case in ET.parse(report).iter("testcase"):
@@ -122,7 +129,7 @@ def test_one_config_selects_every_new_plugin(root, site):
     # a dry run checks that the model exists (a directory; it is never loaded here)
     (root / "models" / "tiny").mkdir(parents=True, exist_ok=True)
     argv = ["rl", "@", root / "rl.toml", "--dry-run", "--output-dir", root / "runs"]
-    result = run(sys.executable, "-m", "prl", *argv, cwd=root, PYTHONPATH=str(site))
+    result = run(sys.executable, "-m", "prl", *argv, cwd=root, PYTHONPATH=on_path(site))
     assert result.returncode == 0, result.stdout + result.stderr
     [resolved] = (root / "runs").glob("*/configs/attempt_1/resolved")
     orch, trainer, inference = (
@@ -137,6 +144,95 @@ def test_one_config_selects_every_new_plugin(root, site):
     assert trainer["monitors"][tag["monitors"]] == orch["monitors"][tag["monitors"]] == {"path": None}
     assert inference["backend"]["type"] == tag["inference_backends"]
     assert json.loads(source.read_text())["env"]["taskset"]["id"] == tag["tasksets"]
+
+
+RENDERER_SYSTEM = "You answer as the scaffolded renderer asks."
+# The in-repo distributions the real run leans on: the tiny model, the bases of the backend
+# and trainer scaffolds, reverse-text, and the file monitor whose traces it reads back.
+RUN_NEEDS = ("prl_model_init", "prl_inference_torch", "prl_trainer_torch", "prl_tasks_builtin", "prl_monitor_file")
+
+
+@pytest.mark.slow
+def test_a_real_prl_rl_run_uses_every_new_plugin(root, site):
+    """Two steps of `prl rl` on a tiny model made here, with the README snippet of every new
+    plugin pasted into the config: the new launcher starts inference (the new backend), the
+    orchestrator and the new trainer side by side; weights go through the new transport.
+    The tiny random model never answers the new taskset's arithmetic, so its groups carry no
+    signal and are left out of batches: reverse-text (partial credit) stays a source so the
+    steps train on something and the new algorithm and loss have work to do."""
+    for module in RUN_NEEDS:
+        pytest.importorskip(module)
+    from prl_model_init.build import make_model
+
+    from prl.testing.configs import tiny_rl_config, toml_text
+
+    model = make_model(root / "model", preset="tiny")
+    base = toml_text(tiny_rl_config(model, root / "outputs", {"ckpt": {}}))
+    snippets = [t.selects.format(tag=names(t.alias).tag) for t in TEMPLATES.values()]
+    (root / "run.toml").write_text(base + "\n" + "\n\n".join(snippets) + "\n")
+    flags = ["--run.name", "e2e", "--orchestrator.renderer.system-prompt", RENDERER_SYSTEM]
+    flags += ["--orchestrator.train.algo.scale", "2"]
+    result = run(sys.executable, "-m", "prl", "rl", "@", root / "run.toml", *flags, cwd=root, PYTHONPATH=on_path(site))
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    run_dir, tag = root / "outputs" / "e2e", {t.kind: names(t.alias).tag for t in TEMPLATES.values()}
+    _assert_processes_ran(result.stdout, run_dir / "logs" / "attempt_1", tag)
+    final = run_dir / "checkpoints" / "step_2"
+    assert (final / "trainer" / "COMPLETE").exists() and (final / "orchestrator" / "COMPLETE").exists()
+    # The new transport's files, and none of the default transport's.
+    weights = run_dir / f"weights-{names('weight-transport').name}"
+    assert sorted(p.relative_to(weights).as_posix() for p in weights.rglob("*.safetensors")) == [
+        "step_1/model.safetensors",
+        "step_2/model.safetensors",
+    ]
+    assert not list(run_dir.glob("broadcasts/**/*.safetensors"))
+    _assert_monitor_rows(run_dir / "monitors" / tag["monitors"], tag["tasksets"])
+    _assert_traces(run_dir / "monitors" / "file" / "traces", model, tag["tasksets"])
+
+
+def _assert_processes_ran(stdout: str, logs: Path, tag: dict[str, str]) -> None:
+    """The new launcher started the services first; the new backend and trainer said so."""
+    started = [line.split()[2] for line in stdout.splitlines() if line.startswith(f"{tag['launchers']}: started ")]
+    assert started == ["inference", "orchestrator", "trainer"], stdout
+    assert "Run finished in" in stdout
+    backend = f"inference backend {tag['inference_backends']} serving"
+    assert backend in (logs / "inference.log").read_text()
+    assert f"trainer {tag['trainers']}: RL of" in (logs / "trainer.log").read_text()
+
+
+def _assert_monitor_rows(monitor_dir: Path, taskset: str) -> None:
+    """The new monitor wrote each process's rows; the new taskset and loss fed them."""
+    orch, trainer = (
+        [json.loads(line) for line in (monitor_dir / f"{producer}.jsonl").read_text().splitlines()]
+        for producer in ("orch", "trainer")
+    )
+    assert [r["step"] for r in orch if r["step"] is not None] == [1, 2]
+    assert all(r[f"rollouts/{taskset}/count"] > 0 for r in orch if r["step"] is not None)
+    trained = [r for r in trainer if "loss/all" in r]
+    assert [r["step"] for r in trained] == [1, 2]
+    # logprob_gap is the new loss's own metric: the trainer called it on every step.
+    assert all("loss/logprob_gap" in r and r["optim/grad_norm"] > 0 for r in trained)
+
+
+def _assert_traces(traces: Path, model: Path, taskset: str) -> None:
+    """The new taskset's questions were asked, rendered after the new renderer's system
+    prompt, and the new algorithm scored every group: 2 · (reward − group mean)."""
+    from prl_monitor_file import read_trace
+    from transformers import AutoTokenizer
+
+    index = [json.loads(line) for line in (traces / "stream.index.jsonl").read_text().splitlines()]
+    ours = [r for r in index if r["env"] == taskset]
+    assert ours, sorted({r["env"] for r in index})
+    trace = read_trace(traces / "stream", int(ours[0]["chunk"]), int(ours[0]["offset"]))
+    question = trace["messages"][0]["content"]
+    assert question.startswith("What is ") and "answer_chars" in trace["metrics"]
+    prompt = AutoTokenizer.from_pretrained(model).decode(trace["branches"][0]["token_ids"])
+    assert prompt.index(RENDERER_SYSTEM) < prompt.index(question)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in index:
+        groups.setdefault((row["env"], row["group"]), []).append(row)
+    for rows in groups.values():
+        mean = sum(r["reward"] for r in rows) / len(rows)
+        assert [r["advantage"] for r in rows] == pytest.approx([2 * (r["reward"] - mean) for r in rows])
 
 
 @pytest.mark.slow

@@ -66,6 +66,9 @@ class Algorithm(Plugin, ABC):
     def score_group(self, group: list[Trace]) -> None:
         """Fill ``advantages`` and ``{rl,ce,ref_kl}_weights`` on every branch of ``group``.
 
-        Non-sampled tokens (prompt, env observations) get weight 0 unless the algorithm
-        trains on them on purpose.
+        Called once per finished group (the episodes of one task), with the traces that
+        finished without error and hold branches; each list has one float per token. A
+        weight left None is 1 on sampled tokens for rl, 0 for ce and ref_kl. Non-sampled
+        tokens (prompt, env observations) get weight 0 unless the algorithm trains on them
+        on purpose. An exception ends the run.
         """

@@ -63,7 +63,12 @@ class InferenceBackend(Plugin, ABC):
 
     @abstractmethod
     def serve(self) -> None:
-        """Bind ``config.server.host:port`` and serve until SIGTERM/SIGINT."""
+        """Bind ``config.server.host:port`` and serve until SIGTERM/SIGINT.
+
+        Set up logging from ``config.log`` first (:func:`prl.logs.setup_logging`), and once
+        serving write the base URL to the ready file (:func:`prl.serving.announce` with
+        :func:`prl.serving.ready_file`): launchers wait for it. Weight updates arrive
+        through ``/update_weights`` (``docs/plugin-contracts.md``)."""
 
 
 class InferenceClient(Protocol):

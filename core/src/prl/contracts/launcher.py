@@ -1,4 +1,4 @@
-"""Launcher contract: start, supervise and stop the processes of a run."""
+"""Launcher contract: start, supervise and stop the processes of a run (``docs/plugin-contracts.md``)."""
 
 from __future__ import annotations
 
@@ -45,13 +45,26 @@ class ProcessSpec:
     """
 
     name: str
+    """The process's name in messages and in ``processes.jsonl`` (``inference``, ``trainer``)."""
     argv: list[str]
+    """The command line, starting with the Python interpreter."""
     log_path: Path
+    """Where its stdout and stderr go (appended), under ``logs/attempt_N/``."""
     env: dict[str, str] = field(default_factory=dict)
+    """Additions over the launcher's own environment (``PRL_*`` run identity, the config's
+    ``env_vars``, ``PRL_READY_FILE`` for a server)."""
     ready_file: Path | None = None
+    """A service writes its base URL here once it serves; a stale file must be removed
+    before the process starts."""
     service: bool = False
+    """A server the others need: started first and waited for, stopped at the end; its
+    exit ends the run."""
     health_url: str | None = None
+    """A base URL whose ``/health`` answers 200 once the service is ready; None when the
+    port is only known once it runs (then the ready file says)."""
     role: str = ""
+    """What the process is, for placement (``inference``, ``orchestrator``, ``trainer``);
+    defaults to ``name``."""
 
     def __post_init__(self) -> None:
         self.role = self.role or self.name
@@ -79,7 +92,17 @@ class Launcher(Plugin, ABC):
 
     @abstractmethod
     def launch(self, processes: list[ProcessSpec]) -> int:
-        """Start every process, supervise until done; return the exit code of the run."""
+        """Start every process, supervise until done; return the exit code of the run.
+
+        Services first, each waited for until ready; then the others, all at once (``prl
+        rl`` runs orchestrator and trainer together). The first process to exit non-zero,
+        or a service exiting at all, ends the run with that code (1 for a service that
+        exited 0; 2 is a usage error the process already said in one line); every
+        non-service process exiting 0 is success. Whatever still runs is stopped before
+        returning. Recording each process with :func:`prl.procinfo.record` lets the stall
+        watchdog and the end-of-run summary name it.
+        """
 
     def dry_run(self, processes: list[ProcessSpec]) -> None:
-        """Write what would be started (scripts for batch schedulers) and start nothing."""
+        """Write what would be started (scripts for batch schedulers) and start nothing;
+        ``--dry-run`` calls it when the config sets ``submits``."""

@@ -76,4 +76,8 @@ class Loss(Plugin, ABC):
 
     @abstractmethod
     def __call__(self, inputs: LossInputs) -> LossOutputs:
-        """Per-token loss and metrics; gradients flow only through ``trainer_logprobs``."""
+        """Per-token loss and metrics; gradients flow only through ``trainer_logprobs``.
+
+        Called by the trainer once per packed micro-batch that holds rl tokens, with
+        ``loss_mask`` narrowed to them; masked positions may hold ``-inf`` logprobs. Each
+        metric is logged as ``loss/<name>``."""

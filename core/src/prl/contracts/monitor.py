@@ -45,7 +45,10 @@ class Monitor(Plugin, ABC):
 
     @abstractmethod
     def log(self, metrics: dict[str, float], step: int | None) -> None:
-        """Record one row of metrics for ``step`` (None for rows keyed by time)."""
+        """Record one row of metrics for ``step`` (None for rows keyed by time).
+
+        The orchestrator and the trainer each log one row per step; an exception there
+        ends that process, while a time-keyed row that fails only logs a warning."""
 
     def log_traces(self, traces: list[dict[str, Any]], step: int | None) -> None:
         """Record finished episodes (dicts from :class:`prl.types.Trace`)."""

@@ -50,7 +50,13 @@ class Trainer(Plugin, ABC):
     @abstractmethod
     def run_rl(cls, config: PrlModel) -> int:
         """Run the RL trainer for a resolved :class:`prl.config.components.TrainerConfig`;
-        return the exit code."""
+        return the exit code.
+
+        Publish the weights as version ``start - 1`` through ``config.weight_broadcast``,
+        then per step S: receive batch S from the rollout transport
+        (:func:`prl.orchestrator.rollout.open_receiver`), train on it with
+        ``config.loss``, publish version S, log to the monitors and save a checkpoint when
+        due; return 0 after ``max_steps`` (``docs/plugin-contracts.md``)."""
 
     @classmethod
     def rl_processes(cls, config: PrlModel, config_file: Path, log_dir: Path, env: dict[str, str]) -> list[ProcessSpec]:

@@ -1,4 +1,8 @@
-"""Weight transport contract: trainer publishes versions, the consumer picks them up."""
+"""Weight transport contract: trainer publishes versions, the consumer picks them up.
+
+How an inference server then loads each version (a directory through ``/update_weights``, or
+in-band through :mod:`prl.contracts.broadcast`) is in ``docs/plugin-contracts.md``.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +56,9 @@ class WeightTransport(Plugin, ABC):
 
     @abstractmethod
     def publish(self, state_dict: dict[str, Tensor], version: int) -> None:
-        """Trainer side: make ``state_dict`` available as ``version`` (blocks until done)."""
+        """Trainer side, main rank: make ``state_dict`` (Hugging Face parameter names) available
+        as ``version`` and return once done (it may wait for the consumer's acknowledgement).
+        The trainer publishes ``start - 1`` at start, then every step, the last included."""
 
     def publish_adapter(self, tensors: dict[str, Tensor], adapter_config: dict[str, Any], version: int) -> None:
         """Trainer side, LoRA runs: make the adapter (PEFT tensor names and
@@ -65,6 +71,10 @@ class WeightTransport(Plugin, ABC):
     def receive(self, version: int, timeout: float, load: bool = True) -> str | None:
         """Consumer side: wait for ``version``; return the ``weight_dir`` to pass to
         ``/update_weights`` (None when the weights travel in-band). Raises TimeoutError.
+
+        The orchestrator polls: it calls again with a short ``timeout`` (about a second)
+        after each TimeoutError, so a repeated call for one version must be safe, and the
+        directory must be complete when it is returned.
 
         ``load`` is False when the consumer already serves ``version`` and only acknowledges
         it (a fresh run's version 0): an in-band transport then must not send the weights,

@@ -116,7 +116,7 @@ TEMPLATES: dict[str, KindTemplate] = {
             "launcher",
             "Launcher",
             "Launcher",
-            "services in the background, then each process in turn",
+            "services first, then every other process side by side",
             '[deployment]\ntype = "{tag}"',
         ),
         KindTemplate(

@@ -9,12 +9,15 @@ A plugin's own test calls it on each class it registers::
 
 It checks, with one message per broken rule: the class subclasses its kind's contract, has
 a non-empty tag, nests a ``Config`` whose tag field is a ``Literal`` of that same tag and
-defaults to it, that ``Config`` builds this class (``config.build``), and the class is
+defaults to it, that ``Config`` builds this class (``config.build``), every method of the
+contract the class overrides still takes the contract's arguments (core calls
+``receive(version, timeout, load)``, not whatever an override kept of it), and the class is
 registered under that tag when its distribution is installed.
 """
 
 from __future__ import annotations
 
+import inspect
 import typing
 from typing import Any
 
@@ -51,6 +54,7 @@ def assert_plugin_contract(cls: type, *, registered: bool = True, **runtime: Any
     )
     _check_tag_field(cls, config, kind, tag)
     assert config.plugin_class() is cls, f"{config.__qualname__}.build() builds {config.plugin_class()!r}, not {cls!r}"
+    _check_signatures(cls, kind.base)
     if registered:
         found = get_registry().classes(kind).get(tag)
         assert found is cls, f"{kind.label} {kind.tag_attr} '{tag}' is registered as {found!r}, not {cls!r}"
@@ -70,6 +74,33 @@ def _check_tag_field(cls: type, config: type, kind: Kind[Any], tag: str) -> None
         f"{config.__qualname__}.{kind.tag_attr} must be typed Literal[{tag!r}], got {field.annotation!r}"
     )
     assert field.default == tag, f"{config.__qualname__}.{kind.tag_attr} must default to {tag!r}"
+
+
+def _check_signatures(cls: type, contract: type) -> None:
+    """Each method ``contract`` declares that ``cls`` overrides accepts the contract's call:
+    its arguments by position, and by name where the contract lets callers name them."""
+    for name in vars(contract):
+        if (name.startswith("_") and name not in ("__init__", "__call__")) or not callable(getattr(cls, name, None)):
+            continue
+        mine = getattr(cls, name)
+        if inspect.unwrap(mine) is inspect.unwrap(getattr(contract, name)):
+            continue
+        expected = inspect.signature(getattr(contract, name))
+        got = inspect.signature(mine)
+        params = expected.parameters.values()
+        only_positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY]
+        either = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        keyword_only = {p.name: None for p in params if p.kind is p.KEYWORD_ONLY}
+        # Every argument the contract declares, optional ones too, passed both ways.
+        calls = [(only_positional + either, keyword_only), (only_positional, {**dict.fromkeys(either), **keyword_only})]
+        for args, kwargs in calls:
+            try:
+                got.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise AssertionError(
+                    f"{cls.__qualname__}.{name}{got} does not take the call {contract.__qualname__}.{name}{expected} "
+                    f"promises ({exc})"
+                ) from None
 
 
 def _builds_without_runtime(kind: Kind[Any]) -> bool:
