@@ -82,6 +82,9 @@ def _check_signatures(cls: type, contract: type) -> None:
     for name in vars(contract):
         if (name.startswith("_") and name not in ("__init__", "__call__")) or not callable(getattr(cls, name, None)):
             continue
+        # Methods only: a contract's class attributes (a section class a plugin sets, say) have no call to check.
+        if not inspect.isroutine(getattr(contract, name)) or isinstance(getattr(cls, name), type):
+            continue
         mine = getattr(cls, name)
         if inspect.unwrap(mine) is inspect.unwrap(getattr(contract, name)):
             continue
