@@ -128,12 +128,15 @@ def test_the_micro_batches_of_a_step_are_trained_without_reading_a_device_value(
 
 def _odd(raw: dict) -> dict:
     """``raw`` with weights no float32 sum gets exactly, a first token in the loss and weighted
-    (nothing predicts it: it must leave the masks and the denominators) and a sampling mask
+    (nothing predicts it: it must leave the masks and the denominators), weights on a prompt
+    token (outside the loss mask: rl leaves it, ce and ref_kl count it) and a sampling mask
     on token 0 (which the roll hands to the last position)."""
     n = len(raw["input_ids"])
     raw["rl_weights"] = [w * (0.1 + i / 7) for i, w in enumerate(raw["rl_weights"])]
     raw["ce_weights"] = [w * 0.3 for w in raw["ce_weights"]]
     raw["loss_mask"][0], raw["rl_weights"][0], raw["ce_weights"][0], raw["ref_kl_weights"][0] = True, 2.0, 1.0, 1.0
+    assert not raw["loss_mask"][2]
+    raw["rl_weights"][2], raw["ce_weights"][2], raw["ref_kl_weights"][2] = 1.0, 0.5, 0.5
     raw["sampling_mask"] = [[7, 8], *raw["sampling_mask"][1:]]
     raw["sampling_mask_logprobs"] = [[-0.1, -3.0], *raw["sampling_mask_logprobs"][1:]]
     assert len(raw["sampling_mask"]) == n
