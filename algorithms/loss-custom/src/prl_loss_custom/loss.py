@@ -29,6 +29,9 @@ from pydantic import field_validator
 
 from prl.contracts.loss import Loss, LossConfig, LossInputs, LossOutputs
 from prl.importing import check_import_path, load_callable
+from prl.lazy import lazy_import
+
+torch = lazy_import("torch")  # registry loads must stay torch-free
 
 
 class CustomLoss(Loss):
@@ -66,7 +69,8 @@ class CustomLoss(Loss):
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         """Call the function once per packed sample; sum the losses, average the metrics."""
         # Samples without rl tokens add nothing and would hand the function empty selections.
-        samples = [x for x in split_samples(inputs) if bool(x.loss_mask.any())] or [inputs]
+        samples = split_samples(inputs)
+        samples = [x for x, keep in zip(samples, _with_rl_tokens(inputs, samples), strict=True) if keep] or [inputs]
         outs = [self._one(sample) for sample in samples]
         if len(outs) == 1:
             return outs[0]
@@ -89,6 +93,15 @@ class CustomLoss(Loss):
         )
 
 
+def _with_rl_tokens(inputs: LossInputs, samples: list[LossInputs]) -> list[bool]:
+    """Which of ``samples`` have rl tokens: the trainer's host-side ``rl_samples`` when given,
+    else asked of the device in one read for all of them (one per sample would make the host
+    wait for the GPU once per sample)."""
+    if inputs.rl_samples is not None and len(inputs.rl_samples) == len(samples):
+        return list(inputs.rl_samples)
+    return torch.stack([x.loss_mask.any() for x in samples]).tolist()
+
+
 def split_samples(inputs: LossInputs) -> list[LossInputs]:
     """One ``LossInputs`` per sample of a packed micro-batch (``seq_lens``), views not copies;
     the inputs themselves when they hold one sample."""
@@ -97,6 +110,6 @@ def split_samples(inputs: LossInputs) -> list[LossInputs]:
     parts: dict[str, Any] = {}
     for f in dataclasses.fields(inputs):
         value = getattr(inputs, f.name)
-        if f.name != "seq_lens" and value is not None:
+        if f.name not in ("seq_lens", "rl_samples") and value is not None:
             parts[f.name] = value.split(inputs.seq_lens)
     return [LossInputs(**{name: chunks[i] for name, chunks in parts.items()}) for i in range(len(inputs.seq_lens))]

@@ -46,6 +46,10 @@ class LossInputs:
     # Token counts of the samples packed one after another in this micro-batch (None: the
     # inputs are one sample). A loss that works per sample splits on them.
     seq_lens: list[int] | None = None
+    # Per sample of ``seq_lens``: whether it has rl tokens (``loss_mask``), known on the host,
+    # so a loss that works per sample can skip the others without reading a device tensor
+    # (a read makes the host wait for the GPU). None: not given.
+    rl_samples: list[bool] | None = None
 
     @property
     def loss_weights(self) -> Tensor:

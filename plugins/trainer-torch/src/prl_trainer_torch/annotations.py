@@ -28,7 +28,7 @@ import torch
 import torch.distributed as tdist
 
 from prl.contracts.monitor import Monitor
-from prl_trainer_torch.token_export import sequences
+from prl_trainer_torch.token_export import Sequence, host_lists, sequences
 
 if TYPE_CHECKING:  # annotations only
     from prl.config.components import TrainerConfig
@@ -66,18 +66,13 @@ class Fanout:
             observer.add(micro_step, mb, logp, entropy)
 
 
-def _host(values: torch.Tensor) -> list:
-    """One device-to-host copy for a whole micro-batch tensor (never one per token)."""
-    values = values.detach()
-    return (values.float() if values.dtype.is_floating_point else values).cpu().tolist()
-
-
 class AnnotationCollector:
     """Builds this rank's annotation records of one step (see module docstring).
 
     ``add`` only keeps the micro-batch's tensors: copying them to the host there would make
     the CPU wait for each forward pass before it can queue the backward. The records are
-    built in ``gather``, after every micro-batch of the step has been queued."""
+    built in ``gather``, after every micro-batch of the step has been queued, from one copy
+    of all of them."""
 
     def __init__(self, rank: int, world: int, loss_name: str) -> None:
         self.rank, self.world, self.loss_name = rank, world, loss_name
@@ -95,18 +90,19 @@ class AnnotationCollector:
     @property
     def records(self) -> list[dict[str, Any]]:
         """This rank's records of the step so far."""
-        return [r for pending in self._pending for r in self._records(*pending)]
+        names = ("advantages", "trainer_logprobs", "entropies", "loss_mask")
+        kept = []  # padding micro-batches have no sequences: nothing of theirs is copied
+        for micro_step, mb, logp, entropy in self._pending:
+            parts = list(sequences(mb))
+            if parts:
+                kept.append((micro_step, parts, (mb.advantages, logp, entropy, mb.loss_mask)))
+        values = iter(host_lists([t for *_, tensors in kept for t in tensors]))
+        out = []
+        for micro_step, parts, _ in kept:
+            out.extend(self._records(micro_step, parts, {name: next(values) for name in names}))
+        return out
 
-    def _records(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> list[dict[str, Any]]:
-        parts = list(sequences(mb))
-        if not parts:  # a padding micro-batch: nothing to copy to the host
-            return []
-        arrays = {
-            "advantages": _host(mb.advantages),
-            "trainer_logprobs": _host(logp),
-            "entropies": _host(entropy),
-            "loss_mask": _host(mb.loss_mask),
-        }
+    def _records(self, micro_step: int, parts: list[Sequence], arrays: dict[str, list]) -> list[dict[str, Any]]:
         out = []
         for seq in parts:
             branch: dict[str, Any] = {"index": seq.branch_index}

@@ -88,13 +88,14 @@ class PolicyModel(nn.Module):
         targets: torch.Tensor,
         temperature: torch.Tensor | float = 1.0,
         entropy: bool = False,
-        replay: tuple[torch.Tensor, torch.Tensor] | None = None,
+        replay: tuple[torch.Tensor, ...] | None = None,
         bounds: tuple[torch.Tensor, int] | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """(logp, entropy) of ``targets``; with ``replay = (ids, valid)`` (the sampling masks,
-        [B, T, K], aligned with ``targets``) also the kept-set logprobs and the mask mismatch
-        flags of :func:`prl_trainer_torch.replay.replay_logprobs`, with logp renormalised over
-        the kept set where the target is in it. ``bounds`` (the documents' cumulative
+        [B, T, K], aligned with ``targets``; a third entry may name the positions that have
+        one) also the kept-set logprobs and the mask mismatch flags of
+        :func:`prl_trainer_torch.replay.replay_logprobs`, with logp renormalised over the
+        kept set where the target is in it. ``bounds`` (the documents' cumulative
         lengths and the longest, as :func:`document_bounds` gives them) saves computing them
         from ``position_ids`` on the GPU."""
         kwargs = {}

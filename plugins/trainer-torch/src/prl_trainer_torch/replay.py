@@ -57,13 +57,16 @@ def _chunk(hidden, weight, ids, valid, inv_temp):
     kept = z.gather(-1, ids).masked_fill(~valid, NEG_INF)
     out = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
     with torch.no_grad():
-        width = int(valid.sum(-1).max())
+        # Every kept set fits in the padded width; a narrower set's extra columns are the
+        # sentinel on both sides. (Its widest set in this chunk would be one read of the
+        # device, a wait for the GPU, per chunk.)
+        width = valid.shape[-1]
         sentinel = z.shape[-1]
         counts = valid.sum(-1, keepdim=True)
         top = z.topk(width, dim=-1).indices
         cols = torch.arange(width, device=z.device).unsqueeze(0)
         top = torch.where(cols < counts, top, sentinel).sort(-1).values
-        mine = torch.where(valid, ids, sentinel)[:, :width].sort(-1).values
+        mine = torch.where(valid, ids, sentinel).sort(-1).values
         mismatch = (top != mine).any(-1)
     return out.masked_fill(~valid, NEG_INF), mismatch
 
@@ -75,14 +78,18 @@ def replay_logprobs(
     valid: torch.Tensor,
     temperature: torch.Tensor,
     chunk_size: int,
+    rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per position (flattened over leading dims): log p_S over the kept ids [N, K] (−inf
     padding, −inf on rows without a mask) and the top-set mismatch flags [N] (module
-    docstring). Gradients flow to ``hidden`` and ``weight``."""
+    docstring). Gradients flow to ``hidden`` and ``weight``. ``rows``: the positions with a
+    mask, ascending, when the caller found them on the host; without them they are looked
+    up on the device, which makes the host wait for the GPU."""
     h = hidden.reshape(-1, hidden.shape[-1])
     ids, valid = ids.reshape(h.shape[0], -1), valid.reshape(h.shape[0], -1)
     inv = (1.0 / temperature.float()).reshape(-1)
-    rows = valid.any(-1).nonzero().squeeze(-1)
+    if rows is None:
+        rows = valid.any(-1).nonzero().squeeze(-1)
     out = torch.full(ids.shape, NEG_INF, device=h.device, dtype=torch.float32)
     mismatch = torch.zeros(ids.shape[0], dtype=torch.bool, device=h.device)
     pieces, flags = [], []
@@ -110,15 +117,16 @@ def replayed_target(
 
 def policy_head(hidden, weight, targets, temperature, chunk_size: int, entropy: bool, replay=None):
     """The policy's outputs from final hidden states: (logp, entropy), and with ``replay =
-    (ids, valid)`` ([B, T, K], aligned with ``targets``) also the kept-set logprobs [B, T, K]
-    and the mask mismatch flags [B, T]; logp is then log p_S(target) where the target is in
-    its mask."""
+    (ids, valid)`` ([B, T, K], aligned with ``targets``; or ``(ids, valid, rows)`` with the
+    flattened positions that have a mask, see :func:`replay_logprobs`) also the kept-set
+    logprobs [B, T, K] and the mask mismatch flags [B, T]; logp is then log p_S(target) where
+    the target is in its mask."""
     logp, ent = chunked_logprobs(hidden, weight, targets, temperature, chunk_size, entropy)
     if replay is None:
         return logp, ent
-    ids, valid = replay
+    ids, valid, *rows = replay
     temps = temperature if isinstance(temperature, torch.Tensor) else torch.full_like(logp, float(temperature))
-    mask_logp, mismatch = replay_logprobs(hidden, weight, ids, valid, temps.expand_as(logp), chunk_size)
+    mask_logp, mismatch = replay_logprobs(hidden, weight, ids, valid, temps.expand_as(logp), chunk_size, *rows)
     width = mask_logp.shape[-1]
     flat, outside = replayed_target(
         logp.reshape(-1), mask_logp, ids.reshape(-1, width), valid.reshape(-1, width), targets.reshape(-1)

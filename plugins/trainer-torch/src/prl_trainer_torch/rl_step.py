@@ -10,8 +10,9 @@ so the trainer's log-probability of token i is
 with ``tau_i`` the temperature token i was sampled at. A document's first token (position
 id 0) has no prediction inside its document; it gets logp 0 and is removed from every mask.
 
-Loss. Denominators come first: ``local_scales`` of every micro-batch of this rank, summed,
-then ``global_scales`` over ranks; only then is each micro-batch run through the rl loss
+Loss. Denominators come first: each micro-batch's share (``local_scales``, found on the host
+from its lists by :mod:`prl_trainer_torch.rl_host`) summed over this rank, then
+``global_scales`` over ranks; only then is each micro-batch run through the rl loss
 plugin and the fixed ce / ref_kl components (``component_losses``) and normalised:
 
     loss = Σ rl / rl_scale + Σ ce / ce_scale + Σ ref_kl / ref_kl_scale
@@ -46,22 +47,16 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as tdist
-from prl_loss_common import (
-    component_losses,
-    components_present,
-    global_scales,
-    local_scales,
-    mismatch_kl,
-    normalise,
-    rl_mask,
-)
+from prl_loss_common import component_losses, global_scales, mismatch_kl, normalise, rl_mask
 
 from prl.config.errors import ConfigError
 from prl.contracts.loss import Loss, LossInputs
 from prl_trainer_torch.attention import host_document_bounds
 from prl_trainer_torch.replay import pad_masks
+from prl_trainer_torch.rl_host import HostFacts, host_facts, replay_rows
 
-FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", "rl_weights", "ce_weights", "ref_kl_weights")
+WEIGHTS = ("rl_weights", "ce_weights", "ref_kl_weights")
+FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", *WEIGHTS)
 
 
 @dataclass
@@ -81,6 +76,7 @@ class MicroBatch:
     env_ids: torch.Tensor
     env_names: list[str]
     tokens: int
+    host: HostFacts  # denominators, component flags, samples with rl tokens: found on the host
     seq_lens: list[int] | None = None  # packed samples' token counts (per-sample losses split on them)
     # Per packed sample: its env, trace and branch (the token export joins them with traces).
     seq_env_names: list[str] = field(default_factory=list)
@@ -91,6 +87,7 @@ class MicroBatch:
     mask_ids: torch.Tensor | None = None
     mask_valid: torch.Tensor | None = None
     mask_inference: torch.Tensor | None = None
+    mask_rows: torch.Tensor | None = None  # positions whose prediction has a mask (rl_host.replay_rows)
     # documents' cumulative lengths and the longest, found on the host (attention.host_document_bounds)
     bounds: tuple[torch.Tensor, int] | None = None
 
@@ -109,13 +106,14 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     """Tensors from one msgpack micro-batch dict; first tokens of documents leave every mask."""
     masks = _sampling_masks(raw, device)
     positions = np.asarray(raw["position_ids"], dtype=np.int64)
-    pos = torch.from_numpy(positions).to(device)
-    has_pred = pos != 0
-    fields = {k: _tensor(raw[k], torch.float32, device) for k in FLOAT_FIELDS}
-    _renormalise_sampler(fields, masks)
+    has_pred = positions != 0
+    arrays = {k: _array(raw[k], torch.float32) for k in FLOAT_FIELDS}
     # Weights of tokens without a prediction are zeroed so they leave the scales too.
-    for k in ("rl_weights", "ce_weights", "ref_kl_weights"):
-        fields[k] = torch.where(has_pred, fields[k], torch.zeros_like(fields[k]))
+    for k in WEIGHTS:
+        arrays[k] = np.where(has_pred, arrays[k], np.float32(0))
+    loss_mask = _array(raw["loss_mask"], torch.bool) & has_pred
+    fields = {k: torch.from_numpy(v).to(device) for k, v in arrays.items()}
+    _renormalise_sampler(fields, masks)
     ref = raw.get("ref_logprobs")
     names = sorted(set(raw["env_names"]))
     index = {n: i for i, n in enumerate(names)}
@@ -125,13 +123,14 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
     ).to(device)
     return MicroBatch(
         input_ids=_tensor(raw["input_ids"], torch.long, device),
-        position_ids=pos,
-        loss_mask=_tensor(raw["loss_mask"], torch.bool, device) & has_pred,
+        position_ids=torch.from_numpy(positions).to(device),
+        loss_mask=torch.from_numpy(loss_mask).to(device),
         ref_logprobs=_tensor(ref, torch.float32, device) if ref is not None else None,
         env_ids=env_ids,
         env_names=names,
         # padding micro-batches (all-false loss mask) train nothing and count no tokens
         tokens=len(raw["input_ids"]) if any(raw["loss_mask"]) else 0,
+        host=host_facts(loss_mask, arrays, raw["seq_lens"]),
         seq_lens=list(raw["seq_lens"]),
         seq_env_names=list(raw["env_names"]),
         trace_ids=raw.get("trace_ids"),
@@ -148,10 +147,15 @@ _NUMPY = {torch.long: np.int64, torch.float32: np.float32, torch.bool: np.bool_}
 def _tensor(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A msgpack list as a tensor on ``device``. Through numpy: ``torch.tensor`` checks every
     element of a Python list and is about 3x slower, a cost paid on every token of every step."""
+    return torch.from_numpy(_array(values, dtype)).to(device)
+
+
+def _array(values: list, dtype: torch.dtype) -> np.ndarray:
+    """A msgpack list as the numpy array of a ``dtype`` tensor."""
     array = np.asarray(values)
     if array.dtype == object:  # numpy would turn a None into NaN without a word; torch refuses
         raise TypeError(f"a batch field holds a value that is not a number (a null?); expected {dtype}")
-    return torch.from_numpy(array.astype(_NUMPY[dtype])).to(device)
+    return array.astype(_NUMPY[dtype])
 
 
 def _sampling_masks(raw: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor | None]:
@@ -175,6 +179,7 @@ def _sampling_masks(raw: dict[str, Any], device: torch.device) -> dict[str, torc
         "mask_ids": ids.to(device),
         "mask_valid": valid.to(device),
         "mask_inference": vals.to(device) if vals is not None else None,
+        "mask_rows": replay_rows(valid, device),
     }
 
 
@@ -204,7 +209,8 @@ def forward_tokens(policy, mb: MicroBatch) -> TokenOut:
     extra = {}
     if mb.mask_ids is not None:
         # token i's mask describes the prediction made at position i − 1, like its target
-        extra["replay"] = (torch.roll(mb.mask_ids, -1, 0)[None], torch.roll(mb.mask_valid, -1, 0)[None])
+        ids, valid = torch.roll(mb.mask_ids, -1, 0)[None], torch.roll(mb.mask_valid, -1, 0)[None]
+        extra["replay"] = (ids, valid) if mb.mask_rows is None else (ids, valid, mb.mask_rows)
     if mb.bounds is not None:
         extra["bounds"] = mb.bounds
     outs = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True, **extra)
@@ -270,11 +276,10 @@ def run_micro_batches(
     ``export`` (anything with ``add(micro_step, mb, logp, entropy)``: the token exporter, the
     annotation collector, both through :class:`prl_trainer_torch.annotations.Fanout`; or
     None) receives each micro-batch's per-token logprobs and entropy after its forward pass."""
-    scales = global_scales(
-        sum(local_scales(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs)
-    )
-    # Decided before any forward pass is queued: asked later, each answer would wait for one.
-    present = [components_present(mb.loss_mask, mb.rl_weights, mb.ce_weights, mb.ref_kl_weights) for mb in mbs]
+    # Found on the host with each micro-batch (rl_host): asked of the device, every answer
+    # would make the host wait for the GPU, and asked during the loop, for a forward pass.
+    scales = global_scales(sum(mb.host.scales for mb in mbs))
+    present = [mb.host.present for mb in mbs]
     stats = StepStats()
     for micro_step, mb in enumerate(mbs):
         out = forward_tokens(policy, mb)
@@ -291,6 +296,7 @@ def run_micro_batches(
             trainer_mask_logprobs=out.mask_logp,
             inference_mask_logprobs=mb.mask_inference,
             seq_lens=mb.seq_lens,
+            rl_samples=mb.host.rl_samples,
         )
         sums = component_losses(
             loss_fn, inputs, ce_weights=mb.ce_weights, ref_kl_weights=mb.ref_kl_weights, present=present[micro_step]

@@ -61,11 +61,32 @@ BATCH_FORMAT = 1
 DECIMALS = 6
 
 
-def _plain(values: torch.Tensor) -> list:
-    out = values.detach().float().cpu().tolist() if values.dtype.is_floating_point else values.cpu().tolist()
-    if values.dtype.is_floating_point:
-        return [round(v, DECIMALS) if math.isfinite(v) else None for v in out]
+def host_lists(tensors: list[torch.Tensor]) -> list[list]:
+    """Each 1-D tensor as a Python list, all in one device-to-host copy (one copy per
+    tensor would make the host wait for the GPU each time): floating values as float32
+    gives them, integers as ints (exact below 2**53: token and position ids), bools as bools."""
+    if not tensors:
+        return []
+    flat = torch.cat([_as_double(t.detach().reshape(-1)) for t in tensors]).tolist()
+    out, at = [], 0
+    for t in tensors:
+        values = flat[at : at + t.numel()]
+        at += t.numel()
+        if t.dtype == torch.bool:
+            values = [v != 0 for v in values]
+        elif not t.dtype.is_floating_point:
+            values = [int(v) for v in values]
+        out.append(values)
     return out
+
+
+def _as_double(t: torch.Tensor) -> torch.Tensor:
+    # floating values rounded to float32 first: the precision the export has always written
+    return t.float().double() if t.dtype.is_floating_point else t.double()
+
+
+def _rounded(values: list[float]) -> list[float | None]:
+    return [round(v, DECIMALS) if math.isfinite(v) else None for v in values]
 
 
 def trust_region(loss_config: LossConfig, logp: torch.Tensor, logq: torch.Tensor, rl: torch.Tensor):
@@ -127,6 +148,8 @@ class TokenExporter:
         self._fh = None
         self._step = 0
         self._count = 0
+        # (micro_step, its real sequences, its per-token device tensors) until finish()
+        self._pending: list[tuple[int, list[Sequence], dict[str, torch.Tensor]]] = []
 
     def _paths(self, step: int) -> tuple[Path, Path]:
         final = layout.step_dir(self.root, step) / f"rank_{self.rank}.jsonl"
@@ -142,7 +165,7 @@ class TokenExporter:
         (final.parent / STABLE).unlink(missing_ok=True)
         final.unlink(missing_ok=True)
         self._fh = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed in finish)
-        self._step, self._count = step, 0
+        self._step, self._count, self._pending = step, 0, []
 
     def keep_batch(self, raw: list[dict[str, Any]]) -> None:
         """Write this rank's micro-batches of the step exactly as received (``prl replay``)."""
@@ -159,7 +182,9 @@ class TokenExporter:
         write_atomic(layout.step_dir(self.root, self._step) / STEP_RECORD, json.dumps(record) + "\n")
 
     def add(self, micro_step: int, mb: Any, logp: torch.Tensor, entropy: torch.Tensor) -> None:
-        """Export every real sequence of one micro-batch after its forward pass."""
+        """Keep one micro-batch's per-token values (device tensors) for :meth:`finish`, which
+        writes its real sequences: copied here, they would make the host wait for this
+        micro-batch's forward pass before it could queue the backward."""
         if self._fh is None:
             raise RuntimeError("token export: add() before begin()")
         log_r = logp.detach() - mb.inference_logprobs
@@ -174,20 +199,35 @@ class TokenExporter:
             "is_masked": high | low, "is_masked_high": high, "is_masked_low": low,
             "rl_weights": mb.rl_weights, "ce_weights": mb.ce_weights, "ref_kl_weights": mb.ref_kl_weights,
         }  # fmt: skip
-        for seq in sequences(mb):
-            record = {
-                "schema_version": SCHEMA_VERSION, "step": self._step, "rank": self.rank,
-                "micro_step": micro_step, "micro_sequence_idx": seq.index, "export_sequence_idx": self._count,
-                "env_name": seq.env_name, "trace_id": seq.trace_id, "branch_index": seq.branch_index,
-            }  # fmt: skip
-            record.update({k: _plain(v[seq.start : seq.stop]) for k, v in per_token.items()})
-            self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self._count += 1
+        seqs = list(sequences(mb))
+        if seqs:  # a padding micro-batch exports nothing
+            self._pending.append((micro_step, seqs, per_token))
+
+    def _write_pending(self) -> None:
+        """The kept micro-batches' lines, every value copied to the host in one go."""
+        pending, self._pending = self._pending, []
+        values = iter(host_lists([v for _, _, per_token in pending for v in per_token.values()]))
+        for micro_step, seqs, per_token in pending:
+            arrays = {}
+            for name, tensor in per_token.items():
+                host = next(values)
+                arrays[name] = _rounded(host) if tensor.dtype.is_floating_point else host
+            for seq in seqs:
+                record = {
+                    "schema_version": SCHEMA_VERSION, "step": self._step, "rank": self.rank,
+                    "micro_step": micro_step, "micro_sequence_idx": seq.index, "export_sequence_idx": self._count,
+                    "env_name": seq.env_name, "trace_id": seq.trace_id, "branch_index": seq.branch_index,
+                }  # fmt: skip
+                record.update({k: v[seq.start : seq.stop] for k, v in arrays.items()})
+                self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+                self._count += 1
 
     def finish(self) -> None:
-        """Publish this rank's file for the step; the rank completing the set marks it STABLE."""
+        """Write the step's lines and publish this rank's file for the step; the rank
+        completing the set marks it STABLE."""
         if self._fh is None:
             return
+        self._write_pending()
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
