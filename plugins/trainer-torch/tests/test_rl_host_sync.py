@@ -168,7 +168,7 @@ def test_replay_over_the_hosts_positions_is_the_devices_own(tiny_model):
     from prl_trainer_torch.model import Dist, load_hf_model, parallelize
     from prl_trainer_torch.rl_step import forward_tokens
 
-    hf = load_hf_model(str(tiny_model), torch.float32, "auto")
+    hf = load_hf_model(str(tiny_model), torch.float32, "sdpa")  # a CPU run, also where CUDA is
     policy = parallelize(hf, Dist(0, 1, 0, torch.device("cpu")), activation_checkpointing=False, compile=False)
     mb = to_micro_batch(_odd(_micro_batches(1)[0]), torch.device("cpu"))
     with torch.no_grad():
