@@ -132,8 +132,8 @@ def test_signsgd_steps_by_the_sign_with_and_without_offload():
 
 def test_build_optimizer_picks_the_offload_mode(caplog):
     model = _model()
-    cfg = _cfg()
-    assert cfg.model.optim_cpu_offload is True and cfg.model.full_offload is False
+    assert _cfg().model.optim_cpu_offload is False and _cfg().model.full_offload is False  # the defaults
+    cfg = _cfg(optim_cpu_offload=True)
     # the state is on the host already on a CPU run: plain AdamW
     assert (
         type(build_optimizer(model.parameters(), cfg.optim, 0.0, cfg.model, torch.device("cpu"))) is torch.optim.AdamW

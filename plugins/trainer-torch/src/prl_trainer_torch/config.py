@@ -33,8 +33,10 @@ class ModelTrainConfig(TrainerModelConfig):
     activation_checkpointing_freq: Annotated[int, Field(ge=1)] = 1
     """With activation_checkpointing: recompute every N-th decoder layer only (1: all of
     them). Layers in between keep their activations: less recompute, more memory."""
-    optim_cpu_offload: bool = True
-    """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs."""
+    optim_cpu_offload: bool = False
+    """Keep the optimizer state (AdamW moments) in host memory; a no-op on CPU-only runs.
+    Off by default, as in the reference: it saves GPU memory (8 bytes per parameter) at the
+    cost of a host round trip per step (0.15-0.19 s at 0.6B), a third of an SFT step."""
     full_offload: bool = False
     """Keep gradients, fp32 master weights and optimizer state in host memory and run the
     optimizer step inside the backward (adamw or signsgd; gradient clipping off, one warning)."""
