@@ -7,7 +7,7 @@ fixed seed. Each run trains about ``--tokens-per-step`` tokens a step for ``--st
 
 prl: ``prl sft`` as a user starts it, with the default settings except the model, data and
 step size (documents packed into rows of ``--seq-len`` tokens). Also run with
-``model.optim_cpu_offload`` off, to show what the default's offload costs.
+``model.optim_cpu_offload`` on, to show what the optimizer offload costs (and saves).
 
 TRL: ``SFTTrainer`` in every setting worth trying for speed, one process each, so every
 run's peak memory is its own (each may fail; the table says which ran):
@@ -46,7 +46,7 @@ TRL_RUNS = {
     "trl-packed+compile": {"packing": True, "gradient_checkpointing": False, "torch_compile": True},
     "trl-flex": {"packing": True, "gradient_checkpointing": False, "attn": "flex_attention"},
 }
-PRL_RUNS = {"prl": [], "prl-no-offload": ["--model.optim-cpu-offload", "false"]}
+PRL_RUNS = {"prl": [], "prl-offload": ["--model.optim-cpu-offload", "true"]}
 PRL = [sys.executable, "-c", "from prl.cli.main import main; main()"]  # the `prl` command, this Python
 WORDS = "the of and to in is was for on that with as by at from it an be this are or have had not".split()
 
@@ -196,7 +196,7 @@ def main() -> int:
     parser.add_argument("--tokens-per-step", type=int, default=32768)
     parser.add_argument("--samples", type=int, default=3000)
     parser.add_argument("--timeout", type=int, default=240, help="seconds each run may take")
-    parser.add_argument("--only", action="append", help="run only these (prl, prl-no-offload, trl-...)")
+    parser.add_argument("--only", action="append", help="run only these (prl, prl-offload, trl-...)")
     parser.add_argument("--preset", default="qwen3-0.6b", help="prl model init preset of the model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
