@@ -12,6 +12,7 @@ from prl_monitor_prime.runfile import read, resolved_meta
 from prl.config.errors import ConfigError
 from prl.config.monitors import MonitorsSection
 from prl.config.propagate import propagate_shared
+from prl.config.roots import RLConfig
 from prl.plugins import get_registry
 from prl.types import Branch, Trace
 
@@ -48,7 +49,7 @@ def _trace(env="reverse-text", reward=0.5):
 def test_registered_off_by_default_and_orchestrator_only_under_rl():
     assert get_registry().get("monitors", "prime") is PrimeMonitor
     assert MonitorsSection(component=True).model()().prime is None
-    data = propagate_shared({"monitors": {"prime": {"name": "p"}, "wandb": {"project": "w"}}})
+    data = propagate_shared({"monitors": {"prime": {"name": "p"}, "wandb": {"project": "w"}}}, RLConfig)
     assert data["orchestrator"]["monitors"]["prime"] == {"name": "p"}
     assert "prime" not in data["trainer"]["monitors"]
     assert data["trainer"]["monitors"]["wandb"] == {"project": "w"}  # other monitors: both sides

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from prl.config.base import PrlModel
 from prl.config.launcher_sections import launcher_section
 from prl.config.monitors import MonitorsSection
+from prl.config.propagate import Shared, SharedFields, SharedSection
 from prl.config.sections import (
     CkptConfig,
     ClientConfig,
@@ -41,6 +42,19 @@ _ALGORITHMS = PluginConfig["algorithms"]
 _LOSSES = PluginConfig["losses"]
 _INFERENCE_BACKENDS = PluginConfig["inference_backends"]
 _SLURM = launcher_section("slurm")
+
+# The settings prl rl shares (RLConfig's top-level fields), declared on the component fields
+# that follow them (prl.config.propagate).
+_MODEL_NAME = {"name": "model.name", "lora": "model.lora"}
+_MODEL = SharedFields({**_MODEL_NAME, "vlm": "model.vlm"})
+_TRAINER_MODEL = SharedFields({**_MODEL_NAME, "vlm": "model.vlm", "seq_len": "seq_len"})
+_INFERENCE_MODEL = SharedFields(_MODEL_NAME)
+_CHAT_TEMPLATE = SharedFields({"chat_template": "tokenizer.chat_template"})
+_TOKENIZER = SharedFields({f: f"tokenizer.{f}" for f in ("name", "trust_remote_code", "chat_template")})
+_LOG = SharedFields({f: f"log.{f}" for f in ("level", "json_logging")})
+_TRANSPORT = SharedFields({f: f"rollout_transport.{f}" for f in ("type", "host", "port", "hwm")})
+_MONITORS = SharedSection("monitors", per_key=True)
+_CKPT = SharedSection("ckpt", only=("output_dir", "interval", "keep_last", "keep_interval"))
 
 
 class HarnessConfig(PrlModel):
@@ -214,15 +228,15 @@ class EvalGroupConfig(PrlModel):
 class OrchestratorConfig(PrlModel):
     """The orchestrator: dispatch, scoring, off-policy control, packing (no torch)."""
 
-    model: PolicyModelConfig = Field(default_factory=PolicyModelConfig)
+    model: Annotated[PolicyModelConfig, _MODEL] = Field(default_factory=PolicyModelConfig)
     """Policy model served by inference."""
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    tokenizer: Annotated[TokenizerConfig, _TOKENIZER] = Field(default_factory=TokenizerConfig)
     """Tokenizer for rendering."""
     renderer: RendererField
     """Renderer for rollouts, selected by ``name``."""
     client: ClientConfig = Field(default_factory=ClientConfig)
     """Inference endpoint."""
-    seq_len: Annotated[int, Field(ge=8)] = 2048
+    seq_len: Annotated[int, Field(ge=8), Shared("seq_len")] = 2048
     """Longest packed micro-batch, in tokens."""
     batch_size: Annotated[int, Field(ge=1)] = 128
     """Samples per step; divisible by every source's group_size."""
@@ -247,23 +261,23 @@ class OrchestratorConfig(PrlModel):
     """Stall watchdog: one line naming what the run waits on when no step finishes in time."""
     seed: int = 0
     """Seed of source mixing."""
-    max_steps: Annotated[int, Field(ge=1)] | None = None
+    max_steps: Annotated[Annotated[int, Field(ge=1)] | None, Shared("max_steps")] = None
     """Total steps; None runs until stopped."""
-    rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
+    rollout_transport: Annotated[RolloutTransportConfig, _TRANSPORT] = Field(default_factory=RolloutTransportConfig)
     """Batch transport to the trainer."""
-    weight_broadcast: WeightBroadcastField
+    weight_broadcast: Annotated[WeightBroadcastField, Shared("weight_broadcast", replace=True)]
     """Weight transport from the trainer."""
-    ckpt: CkptConfig | None = None
+    ckpt: Annotated[CkptConfig | None, _CKPT] = None
     """Checkpointing (optional)."""
-    resume: ResumeConfig | None = None
+    resume: Annotated[ResumeConfig | None, Shared("resume", replace=True)] = None
     """Resume (optional)."""
-    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    monitors: Annotated[ComponentMonitors, _MONITORS] = Field(default_factory=lambda: _monitors(True))
     """Metric sinks."""
-    log: LogConfig = Field(default_factory=LogConfig)
+    log: Annotated[LogConfig, _LOG] = Field(default_factory=LogConfig)
     """Logging."""
-    output_dir: Path = Field(default_factory=default_output_dir)
+    output_dir: Annotated[Path, Shared("output_dir")] = Field(default_factory=default_output_dir)
     """Root of run directories."""
-    run: RunConfig = Field(default_factory=RunConfig)
+    run: Annotated[RunConfig, Shared("run")] = Field(default_factory=RunConfig)
     """Run identity."""
     env_vars: EnvVars = {}
     """Environment variables set in this component's process (over the top-level env_vars)."""
@@ -290,9 +304,9 @@ class TrainerConfig(PrlModel):
 
     type: str = Field(default_factory=lambda: _default_tag("trainers"))
     """Trainer plugin (the installed default trainer when not given)."""
-    model: TrainerModel = trainer_default("model")
+    model: Annotated[TrainerModel, _TRAINER_MODEL] = trainer_default("model")
     """Model."""
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    tokenizer: Annotated[TokenizerConfig, _TOKENIZER] = Field(default_factory=TokenizerConfig)
     """Tokenizer."""
     optim: TrainerOptim = trainer_default("optim")
     """Optimizer."""
@@ -300,7 +314,7 @@ class TrainerConfig(PrlModel):
     """Learning-rate schedule."""
     loss: _LOSSES = Field(default_factory=lambda: _default_plugin("losses"))
     """Policy loss, selected by ``type``."""
-    max_steps: Annotated[int, Field(ge=1)] | None = None
+    max_steps: Annotated[Annotated[int, Field(ge=1)] | None, Shared("max_steps")] = None
     """Total steps."""
     num_workers: Annotated[int, Field(ge=1)] = 1
     """Data-parallel processes (torchrun --nproc-per-node)."""
@@ -312,21 +326,21 @@ class TrainerConfig(PrlModel):
     """Send every trained trace branch's per-token advantages, trainer logprobs, entropies and loss mask
     to the monitors as annotations (monitors/file/annotations/trainer), shown by the dashboard's trace
     viewer; off saves gathering them to rank 0 and writing them on big runs."""
-    rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
+    rollout_transport: Annotated[RolloutTransportConfig, _TRANSPORT] = Field(default_factory=RolloutTransportConfig)
     """Batch transport from the orchestrator."""
-    weight_broadcast: WeightBroadcastField
+    weight_broadcast: Annotated[WeightBroadcastField, Shared("weight_broadcast", replace=True)]
     """Weight transport to inference."""
-    ckpt: CkptConfig | None = None
+    ckpt: Annotated[CkptConfig | None, _CKPT] = None
     """Checkpointing (optional)."""
-    resume: ResumeConfig | None = None
+    resume: Annotated[ResumeConfig | None, Shared("resume", replace=True)] = None
     """Resume (optional)."""
-    monitors: ComponentMonitors = Field(default_factory=lambda: _monitors(True))
+    monitors: Annotated[ComponentMonitors, _MONITORS] = Field(default_factory=lambda: _monitors(True))
     """Metric sinks."""
-    log: LogConfig = Field(default_factory=LogConfig)
+    log: Annotated[LogConfig, _LOG] = Field(default_factory=LogConfig)
     """Logging."""
-    output_dir: Path = Field(default_factory=default_output_dir)
+    output_dir: Annotated[Path, Shared("output_dir")] = Field(default_factory=default_output_dir)
     """Root of run directories."""
-    run: RunConfig = Field(default_factory=RunConfig)
+    run: Annotated[RunConfig, Shared("run")] = Field(default_factory=RunConfig)
     """Run identity."""
     seed: int = 0
     """Seed."""
@@ -396,9 +410,9 @@ class ServerConfig(PrlModel):
 class InferenceConfig(PrlModel):
     """The inference server."""
 
-    model: PolicyModelConfig = Field(default_factory=PolicyModelConfig)
+    model: Annotated[PolicyModelConfig, _INFERENCE_MODEL] = Field(default_factory=PolicyModelConfig)
     """Model served."""
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    tokenizer: Annotated[TokenizerConfig, _CHAT_TEMPLATE] = Field(default_factory=TokenizerConfig)
     """Tokenizer (chat_template must match the other components)."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """HTTP server."""
@@ -410,11 +424,11 @@ class InferenceConfig(PrlModel):
     """Context length; None uses the model's."""
     seed: int = 0
     """Sampling seed base."""
-    log: LogConfig = Field(default_factory=LogConfig)
+    log: Annotated[LogConfig, _LOG] = Field(default_factory=LogConfig)
     """Logging."""
-    output_dir: Path = Field(default_factory=default_output_dir)
+    output_dir: Annotated[Path, Shared("output_dir")] = Field(default_factory=default_output_dir)
     """Root of run directories."""
-    run: RunConfig = Field(default_factory=RunConfig)
+    run: Annotated[RunConfig, Shared("run")] = Field(default_factory=RunConfig)
     """Run identity."""
     env_vars: EnvVars = {}
     """Environment variables set in this component's process (over the top-level env_vars)."""

@@ -1,113 +1,192 @@
-"""Copy RLConfig's shared top-level fields into trainer, orchestrator and inference.
+"""Run settings ``prl rl`` shares with its components, declared on the components' fields.
 
-A shared value is only a default: it fills a sub-config field the user left unset. An
-explicit sub-config value that disagrees is an error listing every pair; equal values are
-accepted so a dumped config loads back, and a later layer that changes a shared value
-replaces the copies a dumped config carries (``release_overridden``). ``resume`` and
-``weight_broadcast`` are copied over.
+A component field that follows a setting of the root config says so with a marker in its
+annotation (``Annotated[..., Shared("max_steps")]``); :func:`fill_shared` reads the
+markers of each component class and fills the raw config before it is validated. A shared
+value is only a default: it fills a field the user left unset. An explicit component value
+that disagrees is an error listing every pair; equal values are accepted. ``replace``
+settings (``resume``, ``weight_broadcast``) are copied over.
+
+A root config's dump (``rl.json``) keeps every value and records, under ``_inherited``, the
+component values a shared setting filled. Loading it back (:func:`release_inherited`) drops
+those still equal to what was recorded, so a later file or flag that changes the shared value
+fills them anew, while a component value set on purpose still meets the conflict check.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prl.config.launcher_sections import owned_sections
+from pydantic import BaseModel
+
+from prl.config.launcher_sections import section_fields
 
 _MISSING = object()
-
-# (shared path, [target paths]) for leaf fields.
-_LEAVES: list[tuple[str, list[str]]] = [
-    ("model.name", ["trainer.model.name", "orchestrator.model.name", "inference.model.name"]),
-    ("model.vlm", ["trainer.model.vlm", "orchestrator.model.vlm"]),
-    ("model.lora", ["trainer.model.lora", "orchestrator.model.lora", "inference.model.lora"]),
-    ("log.level", ["trainer.log.level", "orchestrator.log.level", "inference.log.level"]),
-    ("log.json_logging", ["trainer.log.json_logging", "orchestrator.log.json_logging", "inference.log.json_logging"]),
-    ("tokenizer.name", ["trainer.tokenizer.name", "orchestrator.tokenizer.name"]),
-    (
-        "tokenizer.trust_remote_code",
-        ["trainer.tokenizer.trust_remote_code", "orchestrator.tokenizer.trust_remote_code"],
-    ),
-    (
-        "tokenizer.chat_template",
-        [
-            "trainer.tokenizer.chat_template",
-            "orchestrator.tokenizer.chat_template",
-            "inference.tokenizer.chat_template",
-        ],
-    ),
-    ("max_steps", ["trainer.max_steps", "orchestrator.max_steps"]),
-    *[
-        (f"rollout_transport.{key}", [f"trainer.rollout_transport.{key}", f"orchestrator.rollout_transport.{key}"])
-        for key in ("type", "host", "port", "hwm")
-    ],
-    ("seq_len", ["trainer.model.seq_len", "orchestrator.seq_len"]),
-    ("output_dir", ["trainer.output_dir", "orchestrator.output_dir", "inference.output_dir"]),
-]
-_CKPT_FIELDS = ("output_dir", "interval", "keep_last", "keep_interval")
-_COPIED_OVER = {"resume": ["trainer", "orchestrator"], "weight_broadcast": ["trainer", "orchestrator"]}
-_RUN_TARGETS = ("trainer", "orchestrator", "inference")
+Path_ = tuple[str, ...]
 
 
-def _get(data: dict, path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
+@dataclass(frozen=True)
+class Shared:
+    """The root setting ``follows`` (``"max_steps"``, ``"model.name"``) fills this field;
+    ``replace``: copied over even where the component sets its own."""
+
+    follows: str
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class SharedFields:
+    """Fields of this table that follow root settings: ``{field: setting}``."""
+
+    fields: dict[str, str]
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.fields.items()))
+
+
+@dataclass(frozen=True)
+class SharedSection:
+    """An optional table the root's ``follows`` table turns on or off, then fills (``only``
+    those fields, else every field it sets). ``per_key``: a table of such tables, each
+    reaching the components its plugin class names in ``rl_components``."""
+
+    follows: str
+    only: tuple[str, ...] | None = None
+    per_key: bool = False
+
+
+@dataclass
+class _Fill:
+    """One propagation pass: the data, the conflicts found and the paths filled."""
+
+    data: dict
+    conflicts: list[str] = field(default_factory=list)
+    filled: list[Path_] = field(default_factory=list)
+
+    def fill(self, target: Path_, value: Any, source: str) -> None:
+        current = _get(self.data, target)
+        if current is _MISSING:
+            _set(self.data, target, copy.deepcopy(value))
+        elif not _same(current, value):
+            self.conflicts.append(f"{source}={value!r} vs {'.'.join(target)}={current!r}")
+            return
+        self.filled.append(target)
+
+
+def _markers(info: Any) -> list[Any]:
+    return [m for m in info.metadata if isinstance(m, (Shared, SharedFields, SharedSection))]
+
+
+def _component_class(info: Any) -> type[BaseModel] | None:
+    """The model class of a root field (``X`` or ``X | None``) that declares shared fields."""
+    import typing
+
+    for arg in (info.annotation, *typing.get_args(info.annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            declares = any(_markers(i) for i in arg.model_fields.values()) or section_fields(arg)
+            return arg if declares else None
+    return None
+
+
+def components(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """``root``'s component fields whose classes declare shared settings."""
+    found = {name: _component_class(info) for name, info in root.model_fields.items()}
+    return {name: cls for name, cls in found.items() if cls is not None}
+
+
+def _get(data: Any, path: Path_) -> Any:
+    node = data
+    for part in path:
         if not isinstance(node, dict) or part not in node:
             return _MISSING
         node = node[part]
     return node
 
 
-def _set(data: dict, path: str, value: Any) -> None:
-    parts = path.split(".")
+def _set(data: dict, path: Path_, value: Any) -> None:
     node = data
-    for part in parts[:-1]:
+    for part in path[:-1]:
         child = node.get(part)
-        if child is None and part == "inference" and "inference" in node:
-            return  # inference switched off: nothing to fill
         if not isinstance(child, dict):
             child = {}
             node[part] = child
         node = child
-    node[parts[-1]] = value
+    node[path[-1]] = value
 
 
-def _fill(data: dict, target: str, value: Any, conflicts: list[str], source: str) -> None:
-    if target.startswith("inference.") and data.get("inference", {}) is None:
-        return
-    current = _get(data, target)
-    if current is _MISSING:
-        _set(data, target, copy.deepcopy(value))
-    elif not _same(current, value):
-        conflicts.append(f"{source}={value!r} vs {target}={current!r}")
+def _same(a: Any, b: Any) -> bool:
+    return a == b or str(a) == str(b)
 
 
-def _section_components(shared: str) -> tuple[str, ...]:
-    """Which sub-configs a shared section reaches: both, except a monitor whose class names
-    fewer in ``rl_components`` (prime: the orchestrator only) and a launcher's own section,
-    which reaches the inference server's."""
-    both = ("trainer", "orchestrator")
-    if shared in owned_sections():
-        return ("inference",)
-    if not shared.startswith("monitors."):
-        return both
+def _split(setting: str) -> Path_:
+    return tuple(setting.split("."))
+
+
+def _present(value: Any) -> bool:
+    return value is not _MISSING and value is not None
+
+
+def _follow_field(run: _Fill, comp: str, name: str, marker: Any) -> None:
+    data = run.data
+    if isinstance(marker, Shared):
+        value = _get(data, _split(marker.follows))
+        if marker.replace:
+            if value is not _MISSING:
+                _set(data, (comp, name), copy.deepcopy(value))
+                run.filled.append((comp, name))
+        elif _present(value):
+            run.fill((comp, name), value, marker.follows)
+    elif isinstance(marker, SharedFields):
+        for key, setting in marker.fields.items():
+            value = _get(data, _split(setting))
+            if _present(value):
+                run.fill((comp, name, key), value, setting)
+    elif marker.per_key:
+        shared = data.get(marker.follows)
+        for key in shared if isinstance(shared, dict) else {}:
+            if comp in _reach(marker.follows, key, (comp,)):
+                _follow_section(run, (marker.follows, key), (comp, name, key), None)
+    elif marker.follows in data:
+        _follow_section(run, (marker.follows,), (comp, name), marker.only)
+
+
+def _reach(section: str, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """The components a plugin's shared table reaches: its class's ``rl_components``
+    (prime's monitor: the orchestrator only), else every one that declares the table."""
     from prl.plugins import get_registry
 
-    cls = get_registry().classes("monitors").get(shared.removeprefix("monitors."))
-    return tuple(getattr(cls, "rl_components", both)) if cls is not None else both
+    cls = get_registry().classes(section).get(key)
+    return tuple(getattr(cls, "rl_components", default)) if cls is not None else default
 
 
-def _check_output_dirs(data: dict) -> None:
+def _follow_section(run: _Fill, source: Path_, target: Path_, only: tuple[str, ...] | None) -> None:
+    value = _get(run.data, source)
+    if value is not None and not isinstance(value, dict):
+        return  # not a table: validating the shared field itself reports it
+    if value is None:
+        _set(run.data, target, None)
+        run.filled.append(target)
+        return
+    if not isinstance(_get(run.data, target), dict):
+        _set(run.data, target, {})
+    for name in only or value.keys():
+        if name in value:
+            run.fill((*target, name), value[name], ".".join((*source, name)))
+
+
+def _check_output_dirs(data: dict, comps: dict[str, type[BaseModel]]) -> None:
     """The run's ``output_dir`` (given, else ``$PRL_OUTPUT_DIR`` or ``outputs``) decides the
     run directory; a component's own ``output_dir`` that differs would be replaced, so it is
     refused instead."""
     if "output_dir" in data:
-        return  # compared with each component's as a shared leaf
+        return  # compared with each component's as a shared field
     from prl.config.sections import default_output_dir
 
     run = default_output_dir()
-    for comp in ("trainer", "orchestrator", "inference"):
+    for comp in comps:
         section = data.get(comp)
         own = section.get("output_dir") if isinstance(section, dict) else None
         if own is not None and Path(str(own)).expanduser().resolve() != Path(run).resolve():
@@ -117,102 +196,53 @@ def _check_output_dirs(data: dict) -> None:
             )
 
 
-def propagate_shared(raw: dict) -> dict:
-    data = copy.deepcopy(raw)
-    conflicts: list[str] = []
-    _check_output_dirs(data)
-    for shared, targets in _LEAVES:
-        value = _get(data, shared)
-        if value is not _MISSING and value is not None:
-            for target in targets:
-                _fill(data, target, value, conflicts, shared)
-    _propagate_sections(data, conflicts)
-    for key, targets in _COPIED_OVER.items():
-        if key in data:
-            for target in targets:
-                data.setdefault(target, {})
-                data[target][key] = copy.deepcopy(data[key])
-    if "run" in data:
-        for target in _RUN_TARGETS:
-            if data.get(target, {}) is not None:
-                _fill(data, f"{target}.run", data["run"], conflicts, "run")
-    if conflicts:
-        raise ValueError("Shared config conflicts with matching sub-config field(s): " + "; ".join(conflicts))
+def fill_shared(raw: dict, root: type[BaseModel]) -> tuple[dict, list[Path_]]:
+    """``raw`` with every component field that follows a shared setting filled, and the
+    paths filled (or already equal to the shared value)."""
+    comps = components(root)
+    run = _Fill(copy.deepcopy(raw))
+    _check_output_dirs(run.data, comps)
+    for comp, cls in comps.items():
+        if comp in run.data and run.data[comp] is None:
+            continue  # a component switched off (inference = None): nothing to fill
+        for name, info in cls.model_fields.items():
+            for marker in _markers(info):
+                _follow_field(run, comp, name, marker)
+        for name in section_fields(cls):
+            # a launcher's own section fills the component's only where it is set
+            if isinstance(run.data.get(name), dict):
+                _follow_section(run, (name,), (comp, name), None)
+    if run.conflicts:
+        raise ValueError("Shared config conflicts with matching sub-config field(s): " + "; ".join(run.conflicts))
+    return run.data, run.filled
+
+
+def propagate_shared(raw: dict, root: type[BaseModel]) -> dict:
+    """``raw`` with ``root``'s shared settings filled into its components."""
+    return fill_shared(raw, root)[0]
+
+
+INHERITED = "_inherited"
+
+
+def record_inherited(dumped: Any, filled: list[Path_]) -> Any:
+    """``dumped`` with the values at ``filled`` recorded under ``_inherited``."""
+    if not isinstance(dumped, dict):
+        return dumped
+    found = {".".join(p): _get(dumped, p) for p in filled}
+    found = {k: v for k, v in found.items() if v is not _MISSING}
+    return {**dumped, INHERITED: found} if found else dumped
+
+
+def release_inherited(data: dict) -> dict:
+    """``data`` without the recorded inherited values that no later layer changed."""
+    recorded = data.get(INHERITED)
+    if INHERITED not in data:
+        return data
+    data = copy.deepcopy({k: v for k, v in data.items() if k != INHERITED})
+    for dotted, value in (recorded or {}).items() if isinstance(recorded, dict) else ():
+        *parents, last = _split(dotted)
+        node = _get(data, tuple(parents))
+        if isinstance(node, dict) and last in node and _same(node[last], value):
+            del node[last]
     return data
-
-
-def release_overridden(lower: dict, upper: dict) -> dict:
-    """``lower`` without the component copies of the shared values that ``upper`` sets again.
-
-    A dumped RLConfig (a batch launcher's ``resolved/rl.json``) holds each shared value at
-    the top and again in every component it reached. When a later layer (a file to its
-    right, a flag) changes the shared value, a component value equal to ``lower``'s shared
-    value is such a copy: it goes, and propagation fills it from the new value. A component
-    value that differs was set on purpose and still meets the conflict check.
-    """
-    out = copy.deepcopy(lower)
-    for shared, targets in _shared_pairs(lower):
-        old = _get(lower, shared)
-        if old is _MISSING or _get(upper, shared) is _MISSING:
-            continue
-        for target in targets:
-            current = _get(lower, target)
-            if current is not _MISSING and _get(upper, target) is _MISSING and _same(current, old):
-                _delete(out, target)
-    return out
-
-
-def _shared_pairs(data: dict) -> list[tuple[str, list[str]]]:
-    """(shared path, component paths) for every shared value ``data`` may have copied."""
-    pairs = [*_LEAVES, ("run", [f"{c}.run" for c in _RUN_TARGETS])]
-    for section, fields in _shared_sections(data):
-        value = _get(data, section)
-        for name in (fields or value) if isinstance(value, dict) else ():
-            pairs.append((f"{section}.{name}", [f"{c}.{section}.{name}" for c in _section_components(section)]))
-    return pairs
-
-
-def _same(a: Any, b: Any) -> bool:
-    return a == b or str(a) == str(b)
-
-
-def _delete(data: dict, path: str) -> None:
-    *parents, last = path.split(".")
-    node = _get(data, ".".join(parents)) if parents else data
-    if isinstance(node, dict):
-        node.pop(last, None)
-
-
-def _shared_sections(data: dict) -> list[tuple[str, tuple[str, ...] | None]]:
-    """The optional shared sections ``data`` has, each with the fields it fills in the
-    components (None: every field it sets)."""
-    sections: list[tuple[str, tuple[str, ...] | None]] = []
-    if "ckpt" in data:
-        sections.append(("ckpt", _CKPT_FIELDS))
-    # A launcher's section only fills inference's where set: a null one propagates nothing.
-    sections += [(tag, None) for tag in owned_sections() if isinstance(data.get(tag), dict)]
-    monitors = data.get("monitors")
-    for key in monitors if isinstance(monitors, dict) else {}:
-        sections.append((f"monitors.{key}", None))
-    return sections
-
-
-def _propagate_sections(data: dict, conflicts: list[str]) -> None:
-    """Optional shared sections: ``[ckpt]`` and ``[monitors.<key>]`` turn on (or off) in
-    trainer and orchestrator, then fill their fields; a launcher's own section (``[slurm]``)
-    does so in inference."""
-    for shared, fields in _shared_sections(data):
-        value = _get(data, shared)
-        if value is not None and not isinstance(value, dict):
-            continue  # not a table: validating the shared field itself reports it
-        for comp in _section_components(shared):
-            target = f"{comp}.{shared}"
-            if value is None:
-                _set(data, target, None)
-                continue
-            current = _get(data, target)
-            if current is _MISSING or current is None:
-                _set(data, target, {})
-            for name in fields or value.keys():
-                if name in value:
-                    _fill(data, f"{target}.{name}", value[name], conflicts, f"{shared}.{name}")

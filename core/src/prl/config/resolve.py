@@ -25,24 +25,11 @@ class Resolved:
     merged: dict[str, Any]
 
 
-def merge_sources(
-    parsed: ParsedArgs,
-    extra: dict[str, Any] | None = None,
-    release: Callable[[dict, dict], dict] | None = None,
-) -> dict[str, Any]:
-    """Defaults < root files (left to right) < section files < CLI flags.
-
-    ``release(lower, upper)``, where the root config has one (``layer_release``), prepares
-    each layer before the next is merged on top (RL: copies of shared values that the next
-    layer changes are dropped).
-    """
-
-    def over(lower: dict[str, Any], upper: dict[str, Any]) -> dict[str, Any]:
-        return deep_merge(release(lower, upper) if release else lower, upper)
-
+def merge_sources(parsed: ParsedArgs, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults < root files (left to right) < section files < CLI flags."""
     data: dict[str, Any] = {}
     for path in parsed.root_files:
-        data = over(data, none_strings(normalize_keys(load_file(path))))
+        data = deep_merge(data, none_strings(normalize_keys(load_file(path))))
     for section, path in parsed.section_files:
         loaded = none_strings(normalize_keys(load_file(path)))
         node = data
@@ -53,8 +40,8 @@ def merge_sources(
         current = node.get(section[-1])
         node[section[-1]] = deep_merge(current, loaded) if isinstance(current, dict) else loaded
     if extra:
-        data = over(data, extra)
-    return over(data, parsed.overrides)
+        data = deep_merge(data, extra)
+    return deep_merge(data, parsed.overrides)
 
 
 def resolve(
@@ -78,7 +65,7 @@ def resolve(
             raise ConfigError(f"Unrecognized arguments: {' '.join(parsed.positionals)}")
         extra = positionals(parsed.positionals, parsed.overrides)
     check_command_fits(root, prog, parsed.root_files)
-    merged = merge_sources(parsed, extra, getattr(root, "layer_release", None))
+    merged = merge_sources(parsed, extra)
     if parsed.help:
         return Resolved(None, parsed, merged)
     files = [([], f) for f in parsed.root_files] + [(s, f) for s, f in parsed.section_files]

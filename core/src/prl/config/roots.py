@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_serializer, model_validator
 
 from prl.config.base import PrlModel
 from prl.config.components import (
@@ -21,7 +20,7 @@ from prl.config.components import (
 from prl.config.errors import ConfigError
 from prl.config.launcher_sections import launcher_section, pick_launcher
 from prl.config.monitors import MonitorsSection, check_run_wide
-from prl.config.propagate import propagate_shared, release_overridden
+from prl.config.propagate import fill_shared, record_inherited, release_inherited
 from prl.config.replay import check_sampling_replay
 from prl.config.sections import (
     CkptConfig,
@@ -118,20 +117,28 @@ class RLConfig(CommonRunFields):
     rollout_transport: RolloutTransportConfig = Field(default_factory=RolloutTransportConfig)
     """Batch transport (shared)."""
 
-    # merge_sources calls this between layers: a dumped config's copies of a shared value
-    # give way when a later file or flag changes it
-    layer_release: ClassVar[Callable[[dict, dict], dict]] = staticmethod(release_overridden)
+    # Component values a shared setting filled: the dump (rl.json) records them, so that
+    # reloading it with a shared value changed fills them from the new value.
+    _inherited: list[tuple[str, ...]] = PrivateAttr(default_factory=list)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _propagate(cls, data: Any) -> Any:
+    def _propagate(cls, data: Any, handler: Any) -> Any:
         if not isinstance(data, dict):
-            return data
+            return handler(data)
+        data = release_inherited(data)
         if isinstance(data.get("inference"), dict):
             # [inference.vllm] model = ... is an explicit inference.model.name, so it is
             # folded in before the shared model.name fills only what is left unset.
             data = {**data, "inference": expand_backend_section(data["inference"])}
-        return propagate_shared(_lora_transport(data))
+        data, inherited = fill_shared(_lora_transport(data), cls)
+        config = handler(data)
+        config._inherited = inherited
+        return config
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        return record_inherited(handler(self), self._inherited)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RLConfig:
