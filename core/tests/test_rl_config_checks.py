@@ -128,3 +128,20 @@ def test_a_dumped_rl_config_still_refuses_a_component_value_that_disagrees(tmp_p
     argv = ["rl", f"@{dumped}", "--output-dir", str(tmp_path / "b"), "--dry-run"]
     result = CliRunner().invoke(app, [*argv, "--max-steps", "7", "--trainer.max-steps", "5"])
     _usage_error(result, "max_steps='7' vs trainer.max_steps='5'")
+
+
+def test_a_dumped_rl_config_keeps_the_components_monitors_and_checkpoints(tmp_path):
+    # rl.json writes the shared [ckpt] and [monitors.<key>] the user never set as null; read
+    # back, those nulls must not switch off what the components had (console and file
+    # monitors by default, checkpoints set on the trainer and orchestrator themselves)
+    dumped = _dumped_rl(tmp_path, "--trainer.ckpt.interval", "5", "--orchestrator.ckpt.interval", "5")
+    assert json.loads(dumped.read_text())["monitors"]["console"] is None
+    out = tmp_path / "b"
+    result = CliRunner().invoke(app, ["rl", f"@{dumped}", "--output-dir", str(out), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    resolved = out / "r" / "configs" / "latest" / "resolved"
+    trainer = json.loads((resolved / "trainer.json").read_text())
+    orchestrator = json.loads((resolved / "orchestrator.json").read_text())
+    for component in (trainer, orchestrator):
+        assert component["monitors"]["console"] is not None and component["monitors"]["file"] is not None
+    assert trainer["ckpt"]["interval"] == 5 and orchestrator["ckpt"]["interval"] == 5

@@ -234,8 +234,9 @@ def record_inherited(dumped: Any, filled: list[Path_]) -> Any:
     return {**dumped, INHERITED: found} if found else dumped
 
 
-def release_inherited(data: dict) -> dict:
-    """``data`` without the recorded inherited values that no later layer changed."""
+def release_inherited(data: dict, root: type[BaseModel]) -> dict:
+    """``data`` (a dump of ``root``, when it has ``_inherited``) without the recorded
+    inherited values that no later layer changed, nor the shared tables it holds as null."""
     recorded = data.get(INHERITED)
     if INHERITED not in data:
         return data
@@ -245,4 +246,23 @@ def release_inherited(data: dict) -> dict:
         node = _get(data, tuple(parents))
         if isinstance(node, dict) and last in node and _same(node[last], value):
             del node[last]
+    _drop_unset_sections(data, root)
     return data
+
+
+def _drop_unset_sections(data: dict, root: type[BaseModel]) -> None:
+    """A dump writes an optional shared table the user never set as null ([ckpt], each
+    [monitors.<key>]); read back, a null turns the components' tables off. The components'
+    own values in the dump already hold whatever a null the user did set had done, so
+    these nulls only go."""
+    for cls in components(root).values():
+        for info in cls.model_fields.values():
+            for marker in _markers(info):
+                if not isinstance(marker, SharedSection):
+                    continue
+                table = data.get(marker.follows, _MISSING)
+                if table is None:
+                    del data[marker.follows]
+                elif marker.per_key and isinstance(table, dict):
+                    for key in [k for k, v in table.items() if v is None]:
+                        del table[key]

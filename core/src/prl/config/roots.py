@@ -126,7 +126,7 @@ class RLConfig(CommonRunFields):
     def _propagate(cls, data: Any, handler: Any) -> Any:
         if not isinstance(data, dict):
             return handler(data)
-        data = release_inherited(data)
+        data = release_inherited(data, cls)
         if isinstance(data.get("inference"), dict):
             # [inference.vllm] model = ... is an explicit inference.model.name, so it is
             # folded in before the shared model.name fills only what is left unset.
