@@ -80,6 +80,9 @@ class PolicyModel(nn.Module):
         super().__init__()
         self.hf = hf
         self.chunk_size = chunk_size
+        # An MoE model's routing counts (prl_trainer_torch.moe.RoutingStats), set by the run:
+        # recorded during training forward passes only.
+        self.routing = None
 
     def forward(
         self,
@@ -101,7 +104,14 @@ class PolicyModel(nn.Module):
         if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
             cu, longest = bounds if bounds is not None else document_bounds(position_ids)
             kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
-        out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+        record = self.routing is not None and self.training
+        if record:
+            self.routing.recording = True
+        try:
+            out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+        finally:
+            if record:
+                self.routing.recording = False
         weight = self.hf.get_output_embeddings().weight
         return policy_head(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy, replay)
 
