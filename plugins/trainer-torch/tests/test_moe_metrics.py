@@ -92,6 +92,18 @@ def test_routers_are_found_in_moe_models_only(tiny_model, tiny_moe_model):
     assert len(found) == 4 and all(m is layer.mlp.gate for m, layer in zip(found, moe.model.layers, strict=True))
 
 
+def test_model_flops_count_only_the_experts_a_token_uses(tiny_model, tiny_moe_model):
+    """perf/mfu's parameter count: 2 of 8 experts per layer, not all 8 (an MoE run would
+    otherwise report about 3x its real MFU on tiny-moe, 10x on Qwen3-30B-A3B)."""
+    from prl_model_init import active_parameters, count_parameters
+    from prl_trainer_torch.model import count_params
+
+    moe = load_hf_model(str(tiny_moe_model), torch.float32, "sdpa")
+    assert count_params(moe) == (count_parameters("tiny-moe"), active_parameters("tiny-moe"))
+    dense = load_hf_model(str(tiny_model), torch.float32, "sdpa")
+    assert count_params(dense) == (count_parameters("tiny"), count_parameters("tiny"))
+
+
 def test_checkpointed_layers_and_eval_passes_count_nothing_twice(tiny_moe_model):
     """With activation checkpointing the routers run again in the backward pass; the
     counts must still be one per token and layer (the tokens column equals the row's)."""

@@ -29,6 +29,7 @@ from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
 from prl_trainer_torch.logprobs import DEFAULT_CHUNK, compile_chunks
+from prl_trainer_torch.moe import idle_expert_params
 from prl_trainer_torch.replay import policy_head
 
 
@@ -215,13 +216,15 @@ def _no_size_guarded_fusions() -> None:
 
 
 def count_params(hf: nn.Module) -> tuple[int, int]:
-    """(all parameters, parameters outside the input embedding) of the unsharded model."""
+    """(all parameters, parameters one token's matmuls use) of the unsharded model: the
+    second leaves out the input embedding and, in an MoE model, the experts a token is not
+    routed to."""
     total = sum(p.numel() for p in hf.parameters())
     emb = hf.get_input_embeddings().weight.numel()
     out = hf.get_output_embeddings()
     tied = out is not None and out.weight is hf.get_input_embeddings().weight
     # A tied output matrix still costs its matmul, so only an untied input table is free.
-    return total, total if tied else total - emb
+    return total, (total if tied else total - emb) - idle_expert_params(hf)
 
 
 def apply_runtime_knobs(mcfg) -> None:

@@ -48,14 +48,34 @@ METRICS = (
 )
 
 
-def routers(hf: nn.Module) -> list[nn.Module]:
-    """The router modules of a transformers causal LM, in layer order ([] for a dense one)."""
+def named_routers(hf: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, module) of each router of a transformers causal LM, in layer order."""
     recorder = (getattr(hf, "_can_record_outputs", None) or {}).get("router_logits")
     cls = getattr(recorder, "target_class", None)
     if cls is None:
         return []
     suffix = getattr(recorder, "layer_name", None)
-    return [m for n, m in hf.named_modules() if isinstance(m, cls) and (suffix is None or n.endswith(suffix))]
+    return [(n, m) for n, m in hf.named_modules() if isinstance(m, cls) and (suffix is None or n.endswith(suffix))]
+
+
+def routers(hf: nn.Module) -> list[nn.Module]:
+    """The router modules of a transformers causal LM, in layer order ([] for a dense one)."""
+    return [m for _, m in named_routers(hf)]
+
+
+def idle_expert_params(hf: nn.Module) -> int:
+    """Parameters a token does not use: in each MoE layer, the experts beyond its top k
+    (the ``experts`` module beside the router holds all of them). Model FLOPs per token
+    count only the rest (``perf/mfu``)."""
+    modules = dict(hf.named_modules())
+    idle = 0.0
+    for name, router in named_routers(hf):
+        experts = getattr(modules.get(name.rpartition(".")[0]), "experts", None)
+        top_k = getattr(router, "top_k", None) or getattr(hf.config, "num_experts_per_tok", None)
+        if experts is None or not top_k:
+            continue
+        idle += sum(p.numel() for p in experts.parameters()) * (1 - top_k / _experts_of(router))
+    return round(idle)
 
 
 def freeze_routers(hf: nn.Module, setting: bool | str, rl: bool, model: str) -> bool:
