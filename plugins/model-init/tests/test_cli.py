@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import typer
-from prl_model_init import count_parameters
+from prl_model_init import active_parameters, count_parameters
 from prl_model_init.plugin import prl_add_commands
 from typer.testing import CliRunner
 
@@ -25,11 +25,19 @@ def test_model_init_writes_a_model(tmp_path):
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
 
 
+def test_model_init_tiny_moe_says_its_active_parameters(tmp_path):
+    out = tmp_path / "moe"
+    res = CliRunner().invoke(_app(), ["model", "init", "--preset", "tiny-moe", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    total, active = count_parameters("tiny-moe"), active_parameters("tiny-moe")
+    assert f"({total:,} parameters, {active:,} active per token, seed 0)" in res.output
+
+
 def test_bad_flags_exit_2_with_one_line(tmp_path):
     runner = CliRunner()
     res = runner.invoke(_app(), ["model", "init", "--preset", "huge", "--out", str(tmp_path / "m")])
     assert res.exit_code == 2
-    presets = "tiny, small, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b"
+    presets = "tiny, small, tiny-moe, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b"
     assert res.output.strip() == f"error: --preset must be one of {presets} (got 'huge')"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from prl_model_init import PRESETS, ModelInitError, count_parameters, make_model
+from prl_model_init import PRESETS, ModelInitError, active_parameters, count_parameters, make_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
@@ -73,7 +73,7 @@ def test_refuses_non_empty_dir_and_unknown_preset(tmp_path):
     with pytest.raises(ModelInitError, match="not empty; pass --force"):
         make_model(tmp_path)
     assert (tmp_path / "keep.txt").exists()
-    with pytest.raises(ModelInitError, match="--preset must be one of tiny, small"):
+    with pytest.raises(ModelInitError, match="--preset must be one of tiny, small, tiny-moe"):
         make_model(tmp_path / "m", preset="huge")
     assert not (tmp_path / "m").exists()
     out = make_model(tmp_path, force=True)
@@ -113,3 +113,34 @@ def test_presets_have_vllm_cpu_head_sizes():
     for p in PRESETS.values():
         assert p.head_dim in (32, 64, 80, 96, 112, 128)
         assert p.num_attention_heads % p.num_key_value_heads == 0
+
+
+def test_tiny_moe_is_a_qwen3_moe_that_loads_and_generates(tiny_moe_dir, tiny_dir):
+    cfg = json.loads((tiny_moe_dir / "config.json").read_text())
+    # the published Qwen3-MoE key, which transformers 4, 5 and vLLM all read
+    assert cfg["model_type"] == "qwen3_moe" and cfg["num_experts"] == 8 and "num_local_experts" not in cfg
+    tok = AutoTokenizer.from_pretrained(tiny_moe_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_moe_dir)
+    assert type(model).__name__ == "Qwen3MoeForCausalLM"
+    assert (model.config.num_experts, model.config.num_experts_per_tok, model.config.num_hidden_layers) == (8, 2, 4)
+    assert all(type(layer.mlp).__name__ == "Qwen3MoeSparseMoeBlock" for layer in model.model.layers)
+    assert sum(p.numel() for p in model.parameters()) == count_parameters("tiny-moe")
+    # the two experts a token uses are as wide as tiny's MLP: about tiny's compute per token
+    assert active_parameters("tiny-moe") == pytest.approx(count_parameters("tiny"), rel=0.01)
+    assert count_parameters("tiny-moe") > 3 * active_parameters("tiny-moe")
+    # the tokenizer is tiny's, byte for byte
+    assert (tiny_moe_dir / "tokenizer.json").read_text() == (tiny_dir / "tokenizer.json").read_text()
+    ids = tok.apply_chat_template([{"role": "user", "content": "abc"}], add_generation_prompt=True, return_dict=True)
+    prompt = torch.tensor([ids["input_ids"]])
+    torch.manual_seed(0)
+    out = model.generate(prompt, max_new_tokens=8, do_sample=True, pad_token_id=tok.pad_token_id)
+    assert out.shape[1] > prompt.shape[1] and torch.equal(out[0, : prompt.shape[1]], prompt[0])
+    shards = load_file(tiny_moe_dir / "model.safetensors")
+    # written in the checkpoint layout of the published models: one tensor per expert
+    assert "model.layers.0.mlp.experts.7.down_proj.weight" in shards and "model.layers.3.mlp.gate.weight" in shards
+
+
+def test_tiny_moe_same_seed_same_weights(tmp_path, tiny_moe_dir):
+    again = load_file(make_model(tmp_path / "a", preset="tiny-moe", seed=0) / "model.safetensors")
+    base = load_file(tiny_moe_dir / "model.safetensors")
+    assert base.keys() == again.keys() and all(torch.equal(base[k], again[k]) for k in base)

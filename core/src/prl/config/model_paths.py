@@ -5,6 +5,7 @@ serve the model they will be given. Checked at resolve time, before any process 
 from __future__ import annotations
 
 from prl.config.errors import ConfigError
+from prl.config.policy import TrainerModelConfig
 from prl.hub import Need, is_local, local_dir
 
 # Root configs whose own model section is only tokenized (a served model), never loaded.
@@ -56,3 +57,22 @@ def check_renderers(cfg: object) -> None:
             check(model)
         except ValueError as exc:
             raise ConfigError(f"--{prefix}renderer.name: {exc}") from None
+
+
+def check_trained_model(cfg: object) -> None:
+    """Let the trainer's model settings (``prl sft``: ``model``; ``prl rl``:
+    ``trainer.model``) check themselves against the model they will train
+    (:meth:`TrainerModelConfig.check_model`), once its files are here, so a setting the
+    model cannot honour fails before launch as one line naming the flag."""
+    for prefix in ("", "trainer."):
+        comp = getattr(cfg, prefix[:-1], None) if prefix else cfg
+        model = getattr(comp, "model", None)
+        if not isinstance(model, TrainerModelConfig):
+            continue
+        where = local_dir(model.name)
+        if where is None:
+            continue  # a hub id a dry run did not fetch: the trainer checks the loaded model
+        try:
+            model.check_model(str(where))
+        except ValueError as exc:
+            raise ConfigError(f"--{prefix}model.{exc}") from None

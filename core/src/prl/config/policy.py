@@ -61,6 +61,12 @@ class TrainerModelConfig(PolicyModelConfig):
     seq_len: Annotated[int, Field(ge=8)] = 2048
     """Longest packed sequence per micro-batch."""
 
+    def check_model(self, model_dir: str) -> None:
+        """Check these settings against the model's own files in ``model_dir`` (its local
+        directory or cached snapshot), at resolve time before any process starts; raise
+        ValueError as ``<field>: why`` (the field under this section). The base checks
+        nothing."""
+
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when this layout
         cannot use that many. The base replicates the model on every rank."""

@@ -8,7 +8,8 @@ and answers at once: the trainer forms the group only when it publishes its firs
 version on the engine thread, between decoding steps (the orchestrator has paused the
 engine), copying each bucket straight into the served parameters. A manifest that does
 not fit the served model is refused before any parameter changes, and the broadcast is
-still drained so the trainer is not left hanging.
+still drained so the trainer is not left hanging. The trainer sends the checkpoint layout;
+tensors the served model keeps fused (MoE experts) are converted once all have arrived.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from prl.contracts.broadcast import BroadcastError, broadcast_join
 from prl.contracts.http import ApiError, InitBroadcasterRequest
 from prl_inference_torch.waits import engine_call, wait_until
-from prl_inference_torch.weights import architecture_mismatch
+from prl_inference_torch.weights import architecture_mismatch, model_layout
 
 
 def start_join(state: Any, body: InitBroadcasterRequest) -> dict[str, Any]:
@@ -57,13 +58,24 @@ async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
             problem = architecture_mismatch({name: tuple(shape) for name, _, shape in entries}, model)
             return f"the trainer's weights do not fit the served model ({problem})" if problem else None
 
+        # Tensors in the checkpoint layout (an MoE layer's experts one by one) are kept until
+        # the whole version is in, then converted together (weights.model_layout).
+        held: dict[str, torch.Tensor] = {}
+
         @torch.no_grad()
         def sink(pairs: list[tuple[str, torch.Tensor]]) -> None:
             for name, tensor in pairs:
-                params[name].copy_(tensor.to(params[name].dtype))
+                if name in params:
+                    params[name].copy_(tensor.to(params[name].dtype))
+                else:
+                    held[name] = tensor.clone()  # the bucket's memory is reused for the next one
 
+        @torch.no_grad()
         def swap() -> int:
             got = group.receive(sink, check)
+            for name, tensor in model_layout(held, model).items():
+                params[name].copy_(tensor.to(params[name].dtype))
+            held.clear()
             state.engine.version = version if version is not None else got
             return state.engine.version
 

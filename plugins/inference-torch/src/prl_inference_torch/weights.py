@@ -6,6 +6,12 @@ the same shape, and every parameter must be covered (a tied output embedding cou
 covered by its input twin). Anything else means the directory holds another architecture
 and is refused before a single parameter changes.
 
+Weights may come in the served model's own in-memory layout or in the checkpoint layout
+``save_pretrained`` writes (and the trainer publishes): transformers fuses an MoE layer's
+experts, one 2-D weight each in a checkpoint, into 3-D tensors in memory. The checkpoint
+layout is converted with transformers' own weight conversions of the served model
+(:func:`model_layout`), and checked after conversion.
+
 LoRA adapters use the PEFT layout: ``adapter_config.json`` (``r``, ``lora_alpha``,
 ``use_rslora``) and ``adapter_model.safetensors`` with ``<module>.lora_A.weight`` [r, in] and
 ``<module>.lora_B.weight`` [out, r]. The served output of a target linear layer for a row
@@ -42,13 +48,58 @@ def read_weights(weight_dir: str, model: torch.nn.Module) -> dict[str, torch.Ten
     problem = architecture_mismatch({k: tuple(t.shape) for k, t in tensors.items()}, model)
     if problem:
         raise WeightError(f"weight_dir '{weight_dir}' holds a different architecture ({problem})")
-    return tensors
+    return model_layout(tensors, model)
+
+
+def model_layout(tensors: dict[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``tensors`` in ``model``'s in-memory layout: as they are when the model has all their
+    names, else converted from the checkpoint layout as ``from_pretrained`` converts a
+    checkpoint (same transforms, same order). ValueError when they do not convert."""
+    named = model.state_dict(keep_vars=True)
+    if all(k in named for k in tensors) or getattr(model, "config", None) is None:
+        return tensors  # nothing to convert, or not a transformers model: no conversions known
+    from copy import deepcopy
+
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
+
+    transforms = getattr(model, "_weight_conversions", None)
+    if transforms is None:
+        transforms = get_model_conversion_mapping(model, add_legacy=False)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    by_pattern = {p: c for c in converters for p in c.source_patterns}
+    pending: dict[str, WeightRenaming | WeightConverter] = {}
+    # natural order: expert 10 after expert 9, so stacked experts land at their own index
+    for key in sorted(tensors, key=dot_natural_key):
+        target, pattern = rename_source_key(key, renamings, converters)
+        if pattern is None:
+            pending.setdefault(target, WeightRenaming(key, target)).add_tensor(target, key, key, tensors[key])
+        else:
+            pending.setdefault(target, deepcopy(by_pattern[pattern])).add_tensor(target, key, pattern, tensors[key])
+    out: dict[str, torch.Tensor] = {}
+    for target, transform in pending.items():
+        try:
+            converted = transform.convert(target, model=model, config=model.config)
+        except Exception as exc:  # a torch op on tensors that do not fit together
+            raise ValueError(f"{target}: {exc}") from None
+        for name, value in converted.items():
+            out[name] = value[0] if isinstance(value, list) else value
+    return out
 
 
 def architecture_mismatch(shapes: dict[str, tuple[int, ...]], model: torch.nn.Module) -> str | None:
-    """Why tensors named and shaped as ``shapes`` cannot replace ``model``'s weights (names
-    it lacks, wrong shapes, parameters left uncovered), or None when they can."""
+    """Why tensors named and shaped as ``shapes`` (in the model's layout or the checkpoint
+    layout) cannot replace ``model``'s weights (names it lacks, wrong shapes, parameters
+    left uncovered), or None when they can."""
     named = model.state_dict(keep_vars=True)
+    if not all(k in named for k in shapes):
+        # Converted on meta tensors: the names and shapes the model layout would get.
+        try:
+            meta = {k: torch.empty(shape, device="meta") for k, shape in shapes.items()}
+            shapes = {k: tuple(t.shape) for k, t in model_layout(meta, model).items()}
+        except ValueError as exc:
+            return f"not the served model's checkpoint layout: {exc}"
     unknown = sorted(k for k in shapes if k not in named)
     wrong = sorted(k for k, shape in shapes.items() if k in named and tuple(shape) != tuple(named[k].shape))
     covered = {id(named[k]) for k in shapes if k in named}

@@ -10,11 +10,16 @@ found by comparing logprobs against a transformers forward of the new weights:
   weight storage while ``lm_head.weight`` still points at the old tensor, so the model
   would embed with the new policy and score with the old one;
 * on CPU, embedding-type layers keep a pre-packed GEMM copy of their weight
-  (``process_weights_after_loading``), which is not rebuilt for the head.
+  (``process_weights_after_loading``), which is not rebuilt for the head;
+* on CPU, an MoE layer's experts are pre-packed into the CPU grouped-GEMM layout once, at
+  the first load: a reload writes the new experts in the checkpoint's plain layout into
+  the packed parameters and skips the packing (vLLM treats it as a weight update), so the
+  kernel would read unpacked weights as packed ones (a model that is neither policy).
 
-So after the reload the head is re-tied and every unquantized embedding-type layer
-(including the head) is re-processed. Both steps are no-ops where nothing is stale
-(untied heads, GPU platforms).
+So after the reload the head is re-tied, every unquantized embedding-type layer
+(including the head) is re-processed, and on CPU every MoE layer's experts are packed
+again. All three steps are no-ops where nothing is stale (untied heads, dense models, GPU
+platforms).
 """
 
 from __future__ import annotations
@@ -80,3 +85,18 @@ def retie_and_repack(model: Any, hf_config: PretrainedConfig) -> None:
         method = getattr(module, "quant_method", None)
         if isinstance(module, VocabParallelEmbedding) and isinstance(method, UnquantizedEmbeddingMethod):
             method.process_weights_after_loading(module)
+    repack_cpu_experts(model)
+
+
+def repack_cpu_experts(model: Any) -> None:
+    """On CPU, pack every MoE layer's freshly loaded experts into the kernel's layout (what
+    the first load did; see the module docstring)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if experts is not None:
+            experts.process_weights_after_loading(module)

@@ -4,6 +4,13 @@
 network access; ``prl model init --preset tiny --out DIR`` does the same from the CLI.
 """
 
-from prl_model_init.build import PRESETS, ModelInitError, count_parameters, make_model, model_config
+from prl_model_init.build import (
+    PRESETS,
+    ModelInitError,
+    active_parameters,
+    count_parameters,
+    make_model,
+    model_config,
+)
 
-__all__ = ["PRESETS", "ModelInitError", "count_parameters", "make_model", "model_config"]
+__all__ = ["PRESETS", "ModelInitError", "active_parameters", "count_parameters", "make_model", "model_config"]

@@ -1,5 +1,8 @@
 """Make a randomly initialised Qwen3-architecture model directory, offline and deterministic.
 
+Dense presets are ``Qwen3ForCausalLM``; the ``-moe`` presets are ``Qwen3MoeForCausalLM``
+(every decoder layer's MLP is a sparse block of routed experts with a softmax top-k router).
+
 The directory is a plain Hugging Face checkpoint (``config.json``, ``model.safetensors``,
 ``generation_config.json``, tokenizer files with a chat template) that loads with
 ``AutoModelForCausalLM`` / ``AutoTokenizer`` and in vLLM. Weights come from the model's own
@@ -27,7 +30,10 @@ RENDERER_FAMILY = "qwen3"
 
 @dataclass(frozen=True)
 class Preset:
-    """Shape of one model size. Head size 32/64 is one vLLM's CPU attention supports."""
+    """Shape of one model size. Head size 32/64 is one vLLM's CPU attention supports.
+
+    ``num_experts > 0`` makes it a Qwen3-MoE model: each layer's MLP is ``num_experts``
+    experts of width ``moe_intermediate_size``, ``experts_per_token`` of them per token."""
 
     hidden_size: int
     num_hidden_layers: int
@@ -37,6 +43,13 @@ class Preset:
     intermediate_size: int
     max_position_embeddings: int
     vocab_size: int = VOCAB_SIZE
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0
 
 
 # Qwen3's real vocabulary: the embedding and head have the published shapes although the
@@ -48,6 +61,9 @@ PRESETS: dict[str, Preset] = {
     "tiny": Preset(192, 4, 6, 2, 32, 512, 2048),
     # ~9.6M parameters: room for multi-task experiments, still CPU-trainable.
     "small": Preset(384, 6, 6, 2, 64, 1024, 4096),
+    # ~5.2M parameters, ~1.6M active per token: tiny's attention, and 8 experts (top-2) of
+    # width 256 per layer, so the two experts a token uses are as wide as tiny's MLP.
+    "tiny-moe": Preset(192, 4, 6, 2, 32, 512, 2048, num_experts=8, experts_per_token=2, moe_intermediate_size=256),
     # The published Qwen3 shapes, for GPU runs and benchmarks (random weights).
     "qwen3-0.6b": Preset(1024, 28, 16, 8, 128, 3072, 40960, QWEN3_VOCAB),
     "qwen3-1.7b": Preset(2048, 28, 16, 8, 128, 6144, 40960, QWEN3_VOCAB),
@@ -65,13 +81,25 @@ def _special_id(name: str) -> int:
 
 
 def model_config(preset: str):
-    """The ``Qwen3Config`` of a preset (tied embeddings, float32, ChatML special ids)."""
-    from transformers import Qwen3Config
+    """The ``Qwen3Config`` (``Qwen3MoeConfig`` for an MoE preset) of a preset: tied
+    embeddings, float32, ChatML special ids."""
+    from transformers import Qwen3Config, Qwen3MoeConfig
 
     if preset not in PRESETS:
         raise ModelInitError(f"--preset must be one of {', '.join(PRESETS)} (got {preset!r})")
     p = PRESETS[preset]
-    return Qwen3Config(
+    moe = {}
+    if p.moe:
+        # norm_topk_prob as in the published Qwen3-MoE models: a token's expert weights sum to 1.
+        moe = {
+            "num_experts": p.num_experts,
+            "num_experts_per_tok": p.experts_per_token,
+            "moe_intermediate_size": p.moe_intermediate_size,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }
+    return (Qwen3MoeConfig if p.moe else Qwen3Config)(
         vocab_size=p.vocab_size,
         hidden_size=p.hidden_size,
         intermediate_size=p.intermediate_size,
@@ -86,6 +114,7 @@ def model_config(preset: str):
         eos_token_id=_special_id("<|im_end|>"),
         pad_token_id=_special_id("<|pad|>"),
         dtype="float32",
+        **moe,
         **{RENDERER_MARKER: RENDERER_FAMILY},
     )
 
@@ -114,13 +143,13 @@ def _save_tokenizer(out: Path, preset: str) -> None:
 
 def _save_model(out: Path, preset: str, seed: int) -> None:
     import torch
-    from transformers import GenerationConfig, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.utils import logging as hf_logging
 
     config = model_config(preset)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     # A one-shard progress bar is noise on the CLI's stderr.
     bars = not hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -129,6 +158,8 @@ def _save_model(out: Path, preset: str, seed: int) -> None:
     finally:
         if not bars:
             hf_logging.enable_progress_bar()
+    if PRESETS[preset].moe:
+        _published_expert_key(out)
     GenerationConfig(
         eos_token_id=[_special_id("<|im_end|>"), _special_id("<|endoftext|>")],
         pad_token_id=_special_id("<|pad|>"),
@@ -139,12 +170,23 @@ def _save_model(out: Path, preset: str, seed: int) -> None:
     ).save_pretrained(out)
 
 
+def _published_expert_key(out: Path) -> None:
+    """transformers 5 writes the expert count as ``num_local_experts`` (its own attribute
+    name); the published Qwen3-MoE configs, transformers 4 and other readers of config.json
+    know it as ``num_experts``, which transformers 5 maps back on load."""
+    path = out / "config.json"
+    cfg = json.loads(path.read_text())
+    if "num_local_experts" in cfg:
+        cfg["num_experts"] = cfg.pop("num_local_experts")
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def make_model(out: str | Path, preset: str = "tiny", seed: int = 0, force: bool = False) -> Path:
     """Write a random ``preset`` model with the byte-level ChatML tokenizer to ``out``.
 
     Args:
         out: target directory; must be absent or empty unless ``force`` replaces it.
-        preset: ``"tiny"`` or ``"small"`` (see ``PRESETS``).
+        preset: a key of ``PRESETS`` (``"tiny"``, ``"small"``, ``"tiny-moe"``, ...).
         seed: torch seed for the initial weights; equal seeds give equal weights.
         force: replace a non-empty ``out``.
 
@@ -181,8 +223,20 @@ def make_model(out: str | Path, preset: str = "tiny", seed: int = 0, force: bool
 def count_parameters(preset: str) -> int:
     """Number of distinct parameters of a preset (tied embeddings counted once)."""
     import torch
-    from transformers import Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = Qwen3ForCausalLM(model_config(preset))
+        model = AutoModelForCausalLM.from_config(model_config(preset))
     return sum(p.numel() for p in model.parameters())
+
+
+def active_parameters(preset: str) -> int:
+    """Parameters one token's forward pass uses: all of a dense preset; of an MoE preset,
+    only ``experts_per_token`` of each layer's ``num_experts`` experts."""
+    p = PRESETS[preset]
+    total = count_parameters(preset)
+    if not p.moe:
+        return total
+    # gate, up and down projections of one expert
+    per_expert = 3 * p.hidden_size * p.moe_intermediate_size
+    return total - p.num_hidden_layers * (p.num_experts - p.experts_per_token) * per_expert

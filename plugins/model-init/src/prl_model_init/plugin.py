@@ -24,22 +24,25 @@ def build_app() -> typer.Typer:
             "tiny",
             "--preset",
             help=(
-                "Model size: tiny (~1.6M params), small (~9.6M), or the Qwen3 shapes "
-                "qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b (random weights)."
+                "Model size: tiny (~1.6M params), small (~9.6M), tiny-moe (Qwen3-MoE, 8 experts "
+                "top-2, ~5.2M params, ~1.6M active), or the Qwen3 shapes qwen3-0.6b, qwen3-1.7b, "
+                "qwen3-4b, qwen3-8b (random weights)."
             ),
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
         force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory."),
     ) -> None:
-        """Write a random Qwen3-architecture model with a byte-level ChatML tokenizer."""
-        from prl_model_init.build import ModelInitError, count_parameters, make_model
+        """Write a random Qwen3-architecture (dense or MoE) model with a byte-level ChatML tokenizer."""
+        from prl_model_init.build import ModelInitError, active_parameters, count_parameters, make_model
 
         try:
             path = make_model(out, preset=preset, seed=seed, force=force)
         except ModelInitError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        typer.echo(f"wrote {preset} model ({count_parameters(preset):,} parameters, seed {seed}) to {path}")
+        total, active = count_parameters(preset), active_parameters(preset)
+        size = f"{total:,} parameters" + (f", {active:,} active per token" if active != total else "")
+        typer.echo(f"wrote {preset} model ({size}, seed {seed}) to {path}")
 
     return model
 

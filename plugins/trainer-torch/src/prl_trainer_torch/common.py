@@ -41,11 +41,22 @@ def full_state_dict(hf) -> dict[str, torch.Tensor]:
     return get_model_state_dict(hf, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
+def checkpoint_layout(hf, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` under the names and shapes ``save_pretrained`` writes: transformers keeps
+    an MoE layer's experts as fused 3-D tensors in memory, and files (and vLLM, and any
+    other reader of HF checkpoints) hold one 2-D weight per expert. The experts are copied
+    while split; a dense model's tensors pass through as they are."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    return revert_weight_conversion(hf, state)
+
+
 def publish_weights(hf, transport, dist, version: int, adapter=None) -> float:
     """Publish the full weights as ``version`` through ``transport`` (collective: every rank
-    gathers, rank 0 publishes and waits for the consumer's acknowledgement); returns the
-    seconds taken. RL and SFT with online eval both hand weights over this way. A LoRA run
-    (``adapter``, :class:`prl_trainer_torch.lora.Adapter`) publishes only the adapter."""
+    gathers, rank 0 publishes them in the checkpoint layout, :func:`checkpoint_layout`, and
+    waits for the consumer's acknowledgement); returns the seconds taken. RL and SFT with
+    online eval both hand weights over this way. A LoRA run (``adapter``,
+    :class:`prl_trainer_torch.lora.Adapter`) publishes only the adapter."""
     t0 = time.perf_counter()
     if adapter is not None:
         tensors = adapter_tensors(hf)
@@ -59,7 +70,7 @@ def publish_weights(hf, transport, dist, version: int, adapter=None) -> float:
     else:
         state = full_state_dict(hf)
     if dist.is_main:
-        transport.publish(state, version)
+        transport.publish(checkpoint_layout(hf, state), version)
     if dist.world > 1:
         # Other ranks must not run ahead (into a batch or step the consumer has not caught up with).
         tdist.barrier()

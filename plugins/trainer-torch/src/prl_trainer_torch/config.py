@@ -8,12 +8,29 @@ still writes ``trainer.model.activation_checkpointing``.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from prl.config.base import PrlModel
 from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
+
+# config.json keys that give an MoE model's number of routed experts (Qwen-MoE; Mixtral and
+# GPT-OSS; DeepSeek), read at resolve time without torch or transformers.
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def config_experts(config: dict) -> int:
+    """Routed experts per MoE layer that a ``config.json`` dict names (0: a dense model). A
+    multimodal model's language part is under ``text_config``."""
+    for cfg in (config, config.get("text_config") or {}):
+        for key in EXPERT_KEYS:
+            value = cfg.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return 0
 
 
 class GCConfig(PrlModel):
@@ -58,6 +75,10 @@ class ModelTrainConfig(TrainerModelConfig):
     """Tensor-parallel degree (only 1: not supported yet)."""
     cp: Annotated[int, Field(ge=1)] = 1
     """Context-parallel degree (only 1: not supported yet)."""
+    freeze_moe_router: bool | Literal["auto"] = "auto"
+    """Freeze the router (gate) weights of an MoE model: no gradient, not in the optimizer.
+    auto: frozen in RL (a router update moves the trainer's expert choices away from those
+    inference sampled with), trained in SFT. true on a dense model is an error."""
 
     @model_validator(mode="after")
     def _parallel(self) -> ModelTrainConfig:
@@ -68,6 +89,18 @@ class ModelTrainConfig(TrainerModelConfig):
         if self.dp_shard == 0:
             raise ValueError("dp_shard must be -1 (the rest of the world) or at least 1")
         return self
+
+    def check_model(self, model_dir: str) -> None:
+        """freeze_moe_router = true needs a model with routed experts (its config.json)."""
+        if self.freeze_moe_router is not True:
+            return
+        path = Path(model_dir) / "config.json"
+        try:
+            experts = config_experts(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return  # no readable config here: the trainer checks the loaded model itself
+        if experts == 0:
+            raise ValueError(f"freeze_moe_router: {self.name} has no MoE router (its config.json names no experts)")
 
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not

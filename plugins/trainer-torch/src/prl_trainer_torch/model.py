@@ -29,6 +29,7 @@ from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
 from prl_trainer_torch.logprobs import DEFAULT_CHUNK, compile_chunks
+from prl_trainer_torch.moe import idle_expert_params
 from prl_trainer_torch.replay import policy_head
 
 
@@ -80,6 +81,9 @@ class PolicyModel(nn.Module):
         super().__init__()
         self.hf = hf
         self.chunk_size = chunk_size
+        # An MoE model's routing counts (prl_trainer_torch.moe.RoutingStats), set by the run:
+        # recorded during training forward passes only.
+        self.routing = None
 
     def forward(
         self,
@@ -102,7 +106,14 @@ class PolicyModel(nn.Module):
         if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
             cu, longest = bounds if bounds is not None else document_bounds(position_ids)
             kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
-        out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+        record = self.routing is not None and self.training
+        if record:
+            self.routing.recording = True
+        try:
+            out = self.hf.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **kwargs)
+        finally:
+            if record:
+                self.routing.recording = False
         weight = self.hf.get_output_embeddings().weight
         return policy_head(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy, replay)
 
@@ -206,13 +217,15 @@ def _no_size_guarded_fusions() -> None:
 
 
 def count_params(hf: nn.Module) -> tuple[int, int]:
-    """(all parameters, parameters outside the input embedding) of the unsharded model."""
+    """(all parameters, parameters one token's matmuls use) of the unsharded model: the
+    second leaves out the input embedding and, in an MoE model, the experts a token is not
+    routed to."""
     total = sum(p.numel() for p in hf.parameters())
     emb = hf.get_input_embeddings().weight.numel()
     out = hf.get_output_embeddings()
     tied = out is not None and out.weight is hf.get_input_embeddings().weight
     # A tied output matrix still costs its matmul, so only an untied input table is free.
-    return total, total if tied else total - emb
+    return total, (total if tied else total - emb) - idle_expert_params(hf)
 
 
 def apply_runtime_knobs(mcfg) -> None:

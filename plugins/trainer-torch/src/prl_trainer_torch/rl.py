@@ -53,6 +53,7 @@ from prl_trainer_torch.model import (
     parallelize,
     resolve_dtype,
 )
+from prl_trainer_torch.moe import RoutingStats, setup_moe
 from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
 from prl_trainer_torch.token_export import TokenExporter
@@ -103,12 +104,14 @@ class RLRun:
         # perf/mfu: model FLOPs per step over the device's peak (prl_trainer_torch.metrics)
         self.n_params = count_params(self.hf)[1]
         self.adapter = maybe_adapter(self.hf, mcfg)  # [model.lora]: only the adapter trains
+        setup_moe(self.hf, mcfg, rl=True)  # model.freeze_moe_router: auto freezes the routers in RL
         self.shape = (self.hf.config.num_hidden_layers, self.hf.config.hidden_size)
         self.peak = peak_flops(self.dist.device)
         dp = mcfg.data_parallel(self.dist.world)
         self.policy = parallelize(
             self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
         )
+        self.policy.routing = RoutingStats.of(self.hf, self.dist.device)
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, RL_WEIGHT_DECAY, config.model, self.dist.device
@@ -160,6 +163,8 @@ class RLRun:
             "time/forward_backward": t2 - t1,
             "progress/num_tokens": float(self.progress["total_tokens"]),
         })  # fmt: skip
+        if self.policy.routing is not None:
+            metrics.update(self.policy.routing.step_metrics(self.dist.world))
         if self.exporter is not None:
             self.exporter.record(metrics)
         return metrics

@@ -45,6 +45,7 @@ from prl_trainer_torch.model import (
     parallelize,
     resolve_dtype,
 )
+from prl_trainer_torch.moe import RoutingStats, setup_moe
 from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 
 if TYPE_CHECKING:  # annotations only
@@ -70,12 +71,14 @@ class SFTRun:
         hf = load_hf_model(mcfg.name, dtype, mcfg.attn_implementation)
         self.n_params = count_params(hf)[1]
         self.adapter = maybe_adapter(hf, mcfg)  # [model.lora]: only the adapter trains
+        setup_moe(hf, mcfg, rl=False)  # model.freeze_moe_router: auto trains the routers in SFT
         self.shape = (hf.config.num_hidden_layers, hf.config.hidden_size)
         self.hf = hf
         dp = mcfg.data_parallel(self.dist.world)
         self.policy = parallelize(
             hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
         )
+        self.policy.routing = RoutingStats.of(hf, self.dist.device)
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, SFT_WEIGHT_DECAY, config.model, self.dist.device
@@ -186,6 +189,8 @@ class SFTRun:
         if self.peak:
             metrics["perf/mfu"] = flops / dt / (self.peak * self.dist.world)
         metrics.update(self._mixture_metrics())
+        if self.policy.routing is not None:
+            metrics.update(self.policy.routing.step_metrics(self.dist.world))
         return metrics
 
     def _mixture_metrics(self) -> dict[str, float]:

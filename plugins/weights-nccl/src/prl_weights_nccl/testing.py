@@ -23,10 +23,13 @@ def broadcast_new_policy(
     """Broadcast ``new_dir``'s weights as ``version``; returns the server's prompt scores
     ``before``/``after``/``restored``, the ``version`` it reports and any ``sender`` error."""
     from transformers import AutoModelForCausalLM
+    from transformers.core_model_loading import revert_weight_conversion
 
     from prl_weights_nccl.group import join
 
-    state = AutoModelForCausalLM.from_pretrained(new_dir, dtype="float32").state_dict()
+    hf = AutoModelForCausalLM.from_pretrained(new_dir, dtype="float32")
+    # What the torch trainer sends: the checkpoint layout (an MoE model's experts one by one).
+    state = revert_weight_conversion(hf, hf.state_dict())
     port, sent = free_port("127.0.0.1"), {}
 
     def trainer() -> None:
