@@ -79,14 +79,6 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_moe_model(tmp_path_factory) -> Path:
-    """The tiny-moe preset: Qwen3-MoE, 4 layers of 8 experts, top-2."""
-    from prl_model_init import make_model
-
-    return make_model(tmp_path_factory.mktemp("models") / "tiny-moe", "tiny-moe", seed=0)
-
-
-@pytest.fixture(scope="session")
 def reverse_data(tmp_path_factory) -> tuple[Path, Path]:
     from prl_trainer_torch.reverse_text import write_dataset
 

@@ -59,22 +59,15 @@ def _sample_on_policy(model_dir) -> list[Sampled]:
         state.engine.shutdown()
 
 
-@pytest.fixture(scope="module", params=["tiny_model", "tiny_moe_model"])
-def model_dir(request):
-    """The dense tiny model, and tiny-moe: its experts are picked per token, so routing
-    must come out the same in the engine's batch as in the trainer's packed row."""
-    return request.getfixturevalue(request.param)
-
-
 @pytest.fixture(scope="module")
-def on_policy_batch(model_dir):
+def on_policy_batch(tiny_model):
     # One rank, one micro-batch holding both documents.
-    return packed_batch(_sample_on_policy(model_dir), seq_len=64)
+    return packed_batch(_sample_on_policy(tiny_model), seq_len=64)
 
 
 @pytest.fixture(scope="module")
-def policy(model_dir):
-    hf = load_hf_model(str(model_dir), torch.float32, "auto")
+def policy(tiny_model):
+    hf = load_hf_model(str(tiny_model), torch.float32, "auto")
     return parallelize(hf, Dist(0, 1, 0, torch.device("cpu")), activation_checkpointing=False, compile=False)
 
 

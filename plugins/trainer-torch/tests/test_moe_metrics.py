@@ -5,12 +5,22 @@ only in training forward passes (not validation, not a checkpointed layer's reco
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from prl_trainer_torch.model import Dist, load_hf_model, parallelize
 from prl_trainer_torch.moe import METRICS, RoutingStats, layer_metrics, routers, routing_metrics
 from torch import nn
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_model(tmp_path_factory) -> Path:
+    """The tiny-moe preset: Qwen3-MoE, 4 layers of 8 experts, top-2 (a fixture here, not in
+    conftest.py, whose every edit re-measures the modules its tests guard under mutation)."""
+    from prl_model_init import make_model
+
+    return make_model(tmp_path_factory.mktemp("models") / "tiny-moe", "tiny-moe", seed=0)
 
 
 def _row(loads: list[float], mass: float, tokens: float) -> list[float]:

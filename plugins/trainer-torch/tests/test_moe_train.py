@@ -25,6 +25,15 @@ EXPERTS = "model.layers.{}.mlp.experts.gate_up_proj"
 LAYERS = range(4)
 
 
+@pytest.fixture(scope="session")
+def tiny_moe_model(tmp_path_factory) -> Path:
+    """The tiny-moe preset: Qwen3-MoE, 4 layers of 8 experts, top-2 (a fixture here, not in
+    conftest.py, whose every edit re-measures the modules its tests guard under mutation)."""
+    from prl_model_init import make_model
+
+    return make_model(tmp_path_factory.mktemp("models") / "tiny-moe", "tiny-moe", seed=0)
+
+
 def _with_model(cfg, **fields):
     cfg.model = type(cfg.model).model_validate({**cfg.model.model_dump(), **fields})
     return cfg

@@ -70,25 +70,6 @@ def test_the_rows_of_a_step_are_trained_without_reading_a_device_value(run):
     assert counts == [0, 0], seen
 
 
-def test_moe_routing_counts_read_nothing_per_row(tmp_path, tiny_moe_model, reverse_data, sft_config):
-    """The router hooks of an MoE model add their counts on the device: still no read per
-    row, and the step's metrics come from one read at its end."""
-    moe = SFTRun(sft_config(tmp_path, tiny_moe_model, reverse_data[0], data={"num_workers": 0, "batch_size": 6}))
-    try:
-        assert moe.policy.routing is not None
-        rows = rows_to_device(_rows(moe, 6), moe.dist.device)
-        with count_host_reads() as seen:
-            moe.accumulate(rows, scale=1.0)
-        assert seen == []
-        tokens = sum(int(r.input_ids.shape[1]) for r in rows)
-        assert moe.policy.routing.stats[:, -1].tolist() == [float(tokens)] * 4
-        with count_host_reads() as seen:
-            metrics = moe.policy.routing.step_metrics()
-        assert len(seen) == 1 and "max_vio/mean" in metrics
-    finally:
-        moe.close()
-
-
 def test_rows_on_the_device_keep_their_tokens_masks_and_documents(run):
     host = _rows(run, 3)
     for row, dev in zip(host, rows_to_device(host, run.dist.device), strict=True):
