@@ -12,7 +12,8 @@ conversation and ``P(k)`` the rendering of its first ``k`` messages:
 
 Where a template rewrites earlier turns (the prefix test fails), the message's content is
 searched for after the previous message instead. Tokens take the owner of their first
-character, through the fast tokenizer's offsets.
+character, through the fast tokenizer's offsets (a whitespace token whose offsets a
+byte-level tokenizer trimmed to nothing, the owner of its last character).
 
 Parsing uses the ``renderers`` package's generic parser with the configured
 ``tool_parser`` / ``reasoning_parser``. Unknown extra keys in ``[renderer]`` are forwarded
@@ -122,7 +123,9 @@ class DefaultRenderer(Renderer):
         enc = self.tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
         index, roles = [], []
         for start, end in enc["offset_mapping"]:
-            i = owner[start] if start < len(owner) and end > start else -1
+            # A byte-level tokenizer that trims offsets gives a whitespace-only token the empty
+            # span (end, end) just past its characters: it takes the owner of its last one.
+            i = owner[start if end > start else end - 1]
             index.append(i)
             roles.append(str(messages[i].get("role", "")) if i >= 0 else TEMPLATE_ROLE)
         return Rendered(token_ids=list(enc["input_ids"]), message_index=index, roles=roles)
