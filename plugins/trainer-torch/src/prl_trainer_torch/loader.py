@@ -180,5 +180,9 @@ class SFTLoader:
 
 def eval_rows(source: SampleSource, data_cfg: Any, rank: int, world: int) -> list[PackedRow]:
     """This rank's share of one unshuffled pass over a validation set."""
+    if isinstance(source, SampleSource) and source.rows is None:
+        # Fake data never ends, so the pass would fill memory forever. The config already
+        # refuses fake [val] data; this keeps any other caller from hanging here.
+        raise DataError('data.type: validation needs a dataset; "fake" data never ends')
     rows = list(pack(source.epoch(0), data_cfg.seq_len * data_cfg.micro_batch_size))
     return rows[rank::world]

@@ -75,6 +75,10 @@ def _render_shard(make_source: Callable, source_args: tuple, epoch: int, worker:
                 return True
             except queue.Full:
                 continue
+        # Told to stop: the trainer reads nothing more, so the rows still buffered for the
+        # pipe are dropped; flushing them would block this process's exit on a full pipe
+        # until the trainer gives up waiting and terminates it.
+        out.cancel_join_thread()
         return False
 
     try:
