@@ -265,14 +265,6 @@ class ValConfig(PrlModel):
     data: SFTDataConfig = Field(default_factory=SFTDataConfig)
     """Validation data."""
 
-    @model_validator(mode="after")
-    def _a_dataset(self) -> ValConfig:
-        # A validation pass reads its data to the end at start-up; fake data is endless, so
-        # the trainer would hang there, filling memory, instead of starting.
-        if self.data.type == "fake":
-            raise ValueError('data.type: validation needs a dataset; "fake" data never ends')
-        return self
-
 
 class SFTConfig(CommonRunFields):
     """prl sft: supervised fine-tuning."""

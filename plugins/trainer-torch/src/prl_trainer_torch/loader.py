@@ -12,6 +12,7 @@ consumed rows are skipped. Epoch e shuffles with ``seed + e``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -180,9 +181,10 @@ class SFTLoader:
 
 def eval_rows(source: SampleSource, data_cfg: Any, rank: int, world: int) -> list[PackedRow]:
     """This rank's share of one unshuffled pass over a validation set."""
+    samples = source.epoch(0)
     if isinstance(source, SampleSource) and source.rows is None:
-        # Fake data never ends, so the pass would fill memory forever. The config already
-        # refuses fake [val] data; this keeps any other caller from hanging here.
-        raise DataError('data.type: validation needs a dataset; "fake" data never ends')
-    rows = list(pack(source.epoch(0), data_cfg.seq_len * data_cfg.micro_batch_size))
+        # Fake data never ends: a pass over it is one batch of random documents (the same
+        # ones at every validation, since epoch 0 always draws from the same seed).
+        samples = itertools.islice(samples, data_cfg.batch_size)
+    rows = list(pack(samples, data_cfg.seq_len * data_cfg.micro_batch_size))
     return rows[rank::world]
