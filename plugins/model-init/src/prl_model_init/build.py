@@ -1,7 +1,10 @@
 """Make a randomly initialised Qwen3-architecture model directory, offline and deterministic.
 
 Dense presets are ``Qwen3ForCausalLM``; the ``-moe`` presets are ``Qwen3MoeForCausalLM``
-(every decoder layer's MLP is a sparse block of routed experts with a softmax top-k router).
+(every decoder layer's MLP is a sparse block of routed experts with a softmax top-k router);
+``tiny-qwen3.5`` is a text-only Qwen3.5 hybrid (``Qwen3_5ForCausalLM``, model type
+``qwen3_5_text``): three Gated DeltaNet (linear attention) layers to one full-attention layer,
+the published models' pattern.
 
 The directory is a plain Hugging Face checkpoint (``config.json``, ``model.safetensors``,
 ``generation_config.json``, tokenizer files with a chat template) that loads with
@@ -33,7 +36,11 @@ class Preset:
     """Shape of one model size. Head size 32/64 is one vLLM's CPU attention supports.
 
     ``num_experts > 0`` makes it a Qwen3-MoE model: each layer's MLP is ``num_experts``
-    experts of width ``moe_intermediate_size``, ``experts_per_token`` of them per token."""
+    experts of width ``moe_intermediate_size``, ``experts_per_token`` of them per token.
+
+    ``full_attention_interval > 0`` makes it a Qwen3.5 hybrid: every that-many-th layer is
+    full attention, the others Gated DeltaNet with ``linear_heads`` = (key heads, value
+    heads) of size ``linear_head_dim``."""
 
     hidden_size: int
     num_hidden_layers: int
@@ -46,10 +53,17 @@ class Preset:
     num_experts: int = 0
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
+    full_attention_interval: int = 0
+    linear_heads: tuple[int, int] = (0, 0)
+    linear_head_dim: int = 0
 
     @property
     def moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def hybrid(self) -> bool:
+        return self.full_attention_interval > 0
 
 
 # Qwen3's real vocabulary: the embedding and head have the published shapes although the
@@ -64,6 +78,12 @@ PRESETS: dict[str, Preset] = {
     # ~5.2M parameters, ~1.6M active per token: tiny's attention, and 8 experts (top-2) of
     # width 256 per layer, so the two experts a token uses are as wide as tiny's MLP.
     "tiny-moe": Preset(192, 4, 6, 2, 32, 512, 2048, num_experts=8, experts_per_token=2, moe_intermediate_size=256),
+    # ~1.7M parameters: Qwen3.5's hybrid text stack at tiny's width. Layers 0-2 are Gated
+    # DeltaNet (2 key / 4 value heads of 32), layer 3 full attention (4 heads of 64, 2 KV,
+    # output-gated, a quarter of each head rotated), as in the published models.
+    "tiny-qwen3.5": Preset(
+        192, 4, 4, 2, 64, 512, 2048, full_attention_interval=4, linear_heads=(2, 4), linear_head_dim=32
+    ),
     # The published Qwen3 shapes, for GPU runs and benchmarks (random weights).
     "qwen3-0.6b": Preset(1024, 28, 16, 8, 128, 3072, 40960, QWEN3_VOCAB),
     "qwen3-1.7b": Preset(2048, 28, 16, 8, 128, 6144, 40960, QWEN3_VOCAB),
@@ -81,13 +101,31 @@ def _special_id(name: str) -> int:
 
 
 def model_config(preset: str):
-    """The ``Qwen3Config`` (``Qwen3MoeConfig`` for an MoE preset) of a preset: tied
-    embeddings, float32, ChatML special ids."""
-    from transformers import Qwen3Config, Qwen3MoeConfig
-
+    """The transformers config of a preset: ``Qwen3Config``, ``Qwen3MoeConfig`` for an MoE
+    preset, ``Qwen3_5TextConfig`` for a hybrid one; tied embeddings, float32, ChatML ids."""
     if preset not in PRESETS:
         raise ModelInitError(f"--preset must be one of {', '.join(PRESETS)} (got {preset!r})")
     p = PRESETS[preset]
+    common = {
+        "vocab_size": p.vocab_size,
+        "hidden_size": p.hidden_size,
+        "intermediate_size": p.intermediate_size,
+        "num_hidden_layers": p.num_hidden_layers,
+        "num_attention_heads": p.num_attention_heads,
+        "num_key_value_heads": p.num_key_value_heads,
+        "head_dim": p.head_dim,
+        "max_position_embeddings": p.max_position_embeddings,
+        "tie_word_embeddings": True,
+        "bos_token_id": None,
+        "eos_token_id": _special_id("<|im_end|>"),
+        "pad_token_id": _special_id("<|pad|>"),
+        "dtype": "float32",
+        RENDERER_MARKER: RENDERER_FAMILY,
+    }
+    if p.hybrid:
+        return _hybrid_config(p, common)
+    from transformers import Qwen3Config, Qwen3MoeConfig
+
     moe = {}
     if p.moe:
         # norm_topk_prob as in the published Qwen3-MoE models: a token's expert weights sum to 1.
@@ -99,23 +137,42 @@ def model_config(preset: str):
             "decoder_sparse_step": 1,
             "mlp_only_layers": [],
         }
-    return (Qwen3MoeConfig if p.moe else Qwen3Config)(
-        vocab_size=p.vocab_size,
-        hidden_size=p.hidden_size,
-        intermediate_size=p.intermediate_size,
-        num_hidden_layers=p.num_hidden_layers,
-        num_attention_heads=p.num_attention_heads,
-        num_key_value_heads=p.num_key_value_heads,
-        head_dim=p.head_dim,
-        max_position_embeddings=p.max_position_embeddings,
-        tie_word_embeddings=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=None,
-        eos_token_id=_special_id("<|im_end|>"),
-        pad_token_id=_special_id("<|pad|>"),
-        dtype="float32",
-        **moe,
-        **{RENDERER_MARKER: RENDERER_FAMILY},
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    return (Qwen3MoeConfig if p.moe else Qwen3Config)(rope_parameters=rope, **common, **moe)
+
+
+def _hybrid_config(p: Preset, common: dict):
+    """A text-only Qwen3.5 config. Its class, ``Qwen3_5ForCausalLM``, is what
+    ``AutoModelForCausalLM`` builds for model type ``qwen3_5_text``; the layer pattern is
+    written out in ``layer_types`` so no reader has to know the interval rule."""
+    from transformers import Qwen3_5TextConfig
+
+    layer_types = [
+        "full_attention" if (i + 1) % p.full_attention_interval == 0 else "linear_attention"
+        for i in range(p.num_hidden_layers)
+    ]
+    # Qwen3.5 rotates a quarter of each head with multimodal RoPE, its frequency pairs split
+    # over (time, height, width) as the published [11, 11, 10] of 32 (here [3, 3, 2] of 8).
+    # A text token has the same position on all three axes, so this is plain RoPE for text.
+    pairs = p.head_dim // 4 // 2
+    sections = [(pairs + 2) // 3, (pairs + 2) // 3, pairs - 2 * ((pairs + 2) // 3)]
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": sections,
+        "mrope_interleaved": True,
+    }
+    keys, values = p.linear_heads
+    return Qwen3_5TextConfig(
+        layer_types=layer_types,
+        linear_num_key_heads=keys,
+        linear_num_value_heads=values,
+        linear_key_head_dim=p.linear_head_dim,
+        linear_value_head_dim=p.linear_head_dim,
+        linear_conv_kernel_dim=4,
+        rope_parameters=rope,
+        **common,
     )
 
 
