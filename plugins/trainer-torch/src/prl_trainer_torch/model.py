@@ -8,7 +8,10 @@ model is built, sharded and checkpointed the same way for both.
 Packed rows need no attention mask: with ``attention_mask=None`` transformers derives the
 document boundaries from ``position_ids`` (a position that is not the previous one plus
 one starts a new document) and builds a block-diagonal causal mask for sdpa/eager, or a
-block-sparse mask for flex_attention, so no token attends across documents.
+block-sparse mask for flex_attention, so no token attends across documents. A hybrid model's
+linear-attention layers (Qwen3.5's Gated DeltaNet) carry state along the row instead of
+attending, so ``PolicyModel`` installs :mod:`prl_trainer_torch.hybrid` on them and hands them
+the documents' cumulative lengths, which reset that state at each document.
 
 With world size > 1 every decoder layer and then the wrapper are ``fully_shard``-ed
 (FSDP2); gradients are reduced in float32. The mesh is ``model.dp_replicate x
@@ -28,6 +31,7 @@ from torch import nn
 from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
+from prl_trainer_torch.hybrid import install as install_hybrid
 from prl_trainer_torch.logprobs import DEFAULT_CHUNK, compile_chunks
 from prl_trainer_torch.moe import idle_expert_params
 from prl_trainer_torch.replay import policy_head
@@ -81,6 +85,9 @@ class PolicyModel(nn.Module):
         super().__init__()
         self.hf = hf
         self.chunk_size = chunk_size
+        # Linear-attention layers reset their state per document only when given the
+        # documents' bounds (prl_trainer_torch.hybrid), so a hybrid model always gets them.
+        self.hybrid = install_hybrid(hf)
         # An MoE model's routing counts (prl_trainer_torch.moe.RoutingStats), set by the run:
         # recorded during training forward passes only.
         self.routing = None
@@ -103,7 +110,7 @@ class PolicyModel(nn.Module):
         lengths and the longest, as :func:`document_bounds` gives them) saves computing them
         from ``position_ids`` on the GPU."""
         kwargs = {}
-        if getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
+        if self.hybrid or getattr(self.hf.config, "_attn_implementation", None) == VARLEN:
             cu, longest = bounds if bounds is not None else document_bounds(position_ids)
             kwargs = {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
         record = self.routing is not None and self.training
