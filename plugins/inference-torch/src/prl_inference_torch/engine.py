@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from prl_inference_torch.hybrid_kv import HybridKV, cache_class
 from prl_inference_torch.kv import BatchKV
 from prl_inference_torch.sampling import RowSampling, prompt_logprobs, sample
 
@@ -139,6 +140,9 @@ class Engine:
         self.max_batch_size = max_batch_size
         self.max_prefill_tokens = max_prefill_tokens
         self.lora = lora
+        # The running batch's cache: attention keys/values, plus linear-attention state for a
+        # hybrid model (Qwen3.5); a layer kind neither handles is refused here, at load.
+        self._cache_cls = cache_class(model.config)
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.paused = False
@@ -149,7 +153,7 @@ class Engine:
         self._waiting: deque[Request] = deque()
         self._admin: deque[_Admin] = deque()
         self._rows: list[tuple[Request, Completion]] = []
-        self._kv: BatchKV | None = None
+        self._kv: BatchKV | HybridKV | None = None
         self._last: torch.Tensor | None = None
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="prl-engine", daemon=True)
@@ -298,7 +302,7 @@ class Engine:
             use_cache=True,
             logits_to_keep=0 if want_all else 1,
         )
-        kv = BatchKV.from_cache(out.past_key_values, mask, mask.sum(-1))
+        kv = self._cache_cls.from_cache(out.past_key_values, mask, mask.sum(-1))
         for i, req in enumerate(chunk):
             req.version = self.version
             req.seed_rows(self.device)
