@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from prl.config.base import PrlModel
+from prl.config.errors import ConfigError
 from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
 
 # config.json keys that give an MoE model's number of routed experts (Qwen-MoE; Mixtral and
@@ -31,6 +32,15 @@ def config_experts(config: dict) -> int:
             if isinstance(value, int) and value > 0:
                 return value
     return 0
+
+
+def check_ep(ep: int, experts: int, model: str) -> None:
+    """ValueError (``ep: why``) when ``ep`` ranks cannot split ``experts`` routed experts
+    per layer between them (0: a dense model)."""
+    if experts == 0:
+        raise ValueError(f"ep: {model} is a dense model (its config.json names no experts); ep = {ep} needs an MoE")
+    if experts % ep:
+        raise ValueError(f"ep: {ep} does not divide the {experts} experts of each MoE layer of {model}")
 
 
 class GCConfig(PrlModel):
@@ -75,6 +85,11 @@ class ModelTrainConfig(TrainerModelConfig):
     """Tensor-parallel degree (only 1: not supported yet)."""
     cp: Annotated[int, Field(ge=1)] = 1
     """Context-parallel degree (only 1: not supported yet)."""
+    ep: Annotated[int, Field(ge=1)] = 1
+    """Expert-parallel degree of an MoE model: each group of ep consecutive ranks splits every
+    MoE layer's experts between its members (num_experts / ep each) and sends tokens to the
+    rank that holds their expert (all-to-all). Must divide the number of workers and the
+    number of experts; everything else stays sharded as dp_replicate x dp_shard say."""
     freeze_moe_router: bool | Literal["auto"] = "auto"
     """Freeze the router (gate) weights of an MoE model: no gradient, not in the optimizer.
     auto: frozen in RL (a router update moves the trainer's expert choices away from those
@@ -91,20 +106,26 @@ class ModelTrainConfig(TrainerModelConfig):
         return self
 
     def check_model(self, model_dir: str) -> None:
-        """freeze_moe_router = true needs a model with routed experts (its config.json)."""
-        if self.freeze_moe_router is not True:
+        """freeze_moe_router = true and ep > 1 need a model with routed experts (its
+        config.json), and ep must divide their number."""
+        if self.freeze_moe_router is not True and self.ep == 1:
             return
         path = Path(model_dir) / "config.json"
         try:
             experts = config_experts(json.loads(path.read_text()))
         except (OSError, ValueError):
             return  # no readable config here: the trainer checks the loaded model itself
-        if experts == 0:
+        if experts == 0 and self.freeze_moe_router is True:
             raise ValueError(f"freeze_moe_router: {self.name} has no MoE router (its config.json names no experts)")
+        if self.ep > 1:
+            check_ep(self.ep, experts, self.name)
 
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not
-        multiply to it."""
+        multiply to it, ConfigError when ``ep`` does not divide it."""
+        if world % self.ep:
+            # not a ValueError: pydantic would wrap it in its multi-line report
+            raise ConfigError(f"model.ep: {self.ep} does not divide the {world} trainer workers (num_workers)")
         shard = self.dp_shard if self.dp_shard != -1 else world // self.dp_replicate
         if self.dp_replicate * shard != world or shard < 1:
             raise ValueError(

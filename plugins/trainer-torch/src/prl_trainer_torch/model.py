@@ -17,7 +17,9 @@ With world size > 1 every decoder layer and then the wrapper are ``fully_shard``
 (FSDP2); gradients are reduced in float32. The mesh is ``model.dp_replicate x
 model.dp_shard``: one flat sharded mesh by default, and with ``dp_replicate > 1`` HSDP
 (each replica shards the model over its ``dp_shard`` ranks, and gradients are all-reduced
-across replicas). Every rank still reads its own slice of the data.
+across replicas). Every rank still reads its own slice of the data. With ``model.ep > 1``
+the MoE experts are split over groups of ``ep`` ranks instead
+(:mod:`prl_trainer_torch.expert_parallel`) and FSDP shards everything else.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch import nn
 from prl.config.errors import ConfigError
 from prl_trainer_torch.attention import NAME as VARLEN
 from prl_trainer_torch.attention import document_bounds, resolve_attn
+from prl_trainer_torch.expert_parallel import shard_experts
 from prl_trainer_torch.hybrid import install as install_hybrid
 from prl_trainer_torch.logprobs import DEFAULT_CHUNK, compile_chunks
 from prl_trainer_torch.moe import idle_expert_params
@@ -204,9 +207,11 @@ def parallelize(
             # 2-D mesh: fully_shard replicates over the first dimension, shards over the second.
             mesh = init_device_mesh(dist.device.type, (replicas, shards), mesh_dim_names=("replicate", "shard"))
         mp = MixedPrecisionPolicy(reduce_dtype=torch.float32)
+        # model.ep: expert weights are split over the EP group instead, out of FSDP's hands
+        ignored = shard_experts(hf, mesh, dist.world, replicas) or None
         for layer in decoder_layers(hf):
-            fully_shard(layer, mesh=mesh, mp_policy=mp)
-        fully_shard(policy, mesh=mesh, mp_policy=mp)
+            fully_shard(layer, mesh=mesh, mp_policy=mp, ignored_params=ignored)
+        fully_shard(policy, mesh=mesh, mp_policy=mp, ignored_params=ignored)
     return policy
 
 

@@ -96,13 +96,19 @@ def freeze_routers(hf: nn.Module, setting: bool | str, rl: bool, model: str) -> 
 
 def setup_moe(hf: nn.Module, mcfg, rl: bool) -> int:
     """Before the model is parallelized and the optimizer built: freeze the routers as
-    ``mcfg.freeze_moe_router`` says (:func:`freeze_routers`) and say so in the log. Returns
-    the number of routers (0 for a dense model)."""
+    ``mcfg.freeze_moe_router`` says (:func:`freeze_routers`), swap in the expert-parallel
+    experts when ``mcfg.ep > 1`` (:mod:`prl_trainer_torch.expert_parallel`) and say so in
+    the log. Returns the number of routers (0 for a dense model)."""
     found = routers(hf)
     frozen = freeze_routers(hf, mcfg.freeze_moe_router, rl, mcfg.name)
+    ep = getattr(mcfg, "ep", 1)
+    if ep > 1:
+        from prl_trainer_torch.expert_parallel import install_expert_parallel
+
+        install_expert_parallel(hf, ep, mcfg.name)  # placed over the ranks by parallelize()
     if found:
         state = "frozen" if frozen else "trained"
-        log.info("MoE model: %d routers (%s), %d experts each", len(found), state, _experts_of(found[0]))
+        log.info("MoE model: %d routers (%s), %d experts each, ep = %d", len(found), state, _experts_of(found[0]), ep)
     return len(found)
 
 

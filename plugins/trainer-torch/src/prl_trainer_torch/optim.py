@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from prl.config.errors import ConfigError
+from prl_trainer_torch.expert_parallel import clip_grad_norm
 from prl_trainer_torch.offload import CPUStateAdamW, FullOffload, SignSGD, warn_no_clipping
 
 
@@ -54,7 +55,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer, policy, max_norm: float) ->
     if isinstance(optimizer, FullOffload):
         optimizer.step()
         return optimizer.last_grad_norm
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), max_norm)
+    grad_norm = clip_grad_norm(policy.parameters(), max_norm)
     if hasattr(grad_norm, "full_tensor"):
         grad_norm = grad_norm.full_tensor()
     optimizer.step()
