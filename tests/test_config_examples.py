@@ -64,7 +64,11 @@ def _make_local_paths(text: str, cwd: Path, tiny: Path) -> None:
         if path.exists() or rel.startswith("outputs/"):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        if rel.startswith("models/") or rel.endswith("/weights"):
+        if rel.startswith("models/") and rel.rstrip("/").endswith("-vl"):
+            from prl_model_init.build import make_model  # [model.vlm] needs a vision-language model
+
+            make_model(path, preset="tiny-qwen3.5-vl")
+        elif rel.startswith("models/") or rel.endswith("/weights"):
             path.symlink_to(tiny, target_is_directory=True)
         elif Path(rel).suffix in {".jsonl", ".json"}:
             path.write_text('{"prompt": "a", "completion": "b"}\n')

@@ -37,7 +37,7 @@ def test_bad_flags_exit_2_with_one_line(tmp_path):
     runner = CliRunner()
     res = runner.invoke(_app(), ["model", "init", "--preset", "huge", "--out", str(tmp_path / "m")])
     assert res.exit_code == 2
-    presets = "tiny, small, tiny-moe, tiny-qwen3.5, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b"
+    presets = "tiny, small, tiny-moe, tiny-qwen3.5, tiny-qwen3.5-vl, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b"
     assert res.output.strip() == f"error: --preset must be one of {presets} (got 'huge')"
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")

@@ -227,6 +227,9 @@ def _convert(values: list[str], shape: Shape | None, flag: str) -> Any:
             raise ConfigError(f"`{flag}` is a config group, not a leaf field. Try one of: {_group_fields(shape)}")
         if values[0] == "None" and shape.optional:
             return None
+        if shape.optional and values[0] in _TRUE | _FALSE:
+            # an optional section switched on with its defaults, or off (``--model.vlm true``)
+            return {} if values[0] in _TRUE else None
         if values[0].startswith("{"):
             return _json(values[0], flag, dict)
         raise ConfigError(f"`{flag}` is a config group, not a leaf field. Try one of: {_group_fields(shape)}")

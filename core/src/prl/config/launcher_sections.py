@@ -104,6 +104,8 @@ def pick_launcher(data: dict, model: type[BaseModel]) -> dict:
     if not isinstance(dep, dict):
         return data
     kind = dep.get("type")
+    if kind is not None and not isinstance(kind, str):
+        return data  # a type that is no name (a table, a list): validation rejects it in one line
     spellings = {s: tag for tag, cls in sorted(classes.items()) for s in getattr(cls, "reference_types", ())}
     if kind is None or kind in spellings:
         tag = picked or spellings.get(kind)

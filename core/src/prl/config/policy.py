@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from prl.config.base import PrlModel
 
@@ -38,13 +38,42 @@ class LoraConfig(PrlModel):
     """Name the adapter is served under; RL requests ask for it as their model."""
 
 
+class VLMConfig(PrlModel):
+    """A vision-language model: images in the chat reach its vision tower. The section
+    being present turns it on; ``model.vlm = true`` is shorthand for its defaults."""
+
+    freeze_vision_encoder: bool = True
+    """Keep the vision tower (patch embedding, blocks and merger) frozen: no gradient, not
+    in the optimizer. false trains it with the language model."""
+    max_pixels: Annotated[int, Field(ge=1)] | None = None
+    """Largest image area in pixels after resizing; larger images are scaled down, keeping
+    their aspect ratio. Unset: the model's image processor's own limit."""
+    min_pixels: Annotated[int, Field(ge=1)] | None = None
+    """Smallest image area in pixels; smaller images are scaled up. Unset: the processor's."""
+
+    @model_validator(mode="after")
+    def _pixels(self) -> VLMConfig:
+        if self.min_pixels and self.max_pixels and self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
+        return self
+
+
 class ModelConfig(PrlModel):
     """The policy model."""
 
     name: str = "Qwen/Qwen3-0.6B"
     """HF model id or local model directory."""
-    vlm: bool = False
-    """Vision-language model."""
+    vlm: VLMConfig | None = None
+    """Vision-language model settings ([model.vlm]; ``true`` for the defaults). Unset, a
+    vision-language model is trained on text only."""
+
+    @field_validator("vlm", mode="before")
+    @classmethod
+    def _vlm_shorthand(cls, value: object) -> object:
+        # The bool the field used to be: true is the default section, false none.
+        if isinstance(value, bool):
+            return {} if value else None
+        return value
 
 
 class PolicyModelConfig(ModelConfig):

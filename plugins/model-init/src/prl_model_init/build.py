@@ -4,7 +4,9 @@ Dense presets are ``Qwen3ForCausalLM``; the ``-moe`` presets are ``Qwen3MoeForCa
 (every decoder layer's MLP is a sparse block of routed experts with a softmax top-k router);
 ``tiny-qwen3.5`` is a text-only Qwen3.5 hybrid (``Qwen3_5ForCausalLM``, model type
 ``qwen3_5_text``): three Gated DeltaNet (linear attention) layers to one full-attention layer,
-the published models' pattern.
+the published models' pattern; ``tiny-qwen3.5-vl`` is that text stack under a small vision
+tower (``Qwen3_5ForConditionalGeneration``, model type ``qwen3_5``) with the image processor
+files beside the tokenizer (see ``prl_model_init.vision``).
 
 The directory is a plain Hugging Face checkpoint (``config.json``, ``model.safetensors``,
 ``generation_config.json``, tokenizer files with a chat template) that loads with
@@ -25,7 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from prl_model_init.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer
+from prl_model_init.tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS, VL_CHAT_TEMPLATE, VOCAB_SIZE, build_tokenizer
+from prl_model_init.vision import VisionPreset, save_processor, vl_config
 
 RENDERER_MARKER = "prl_renderer"
 RENDERER_FAMILY = "qwen3"
@@ -56,6 +59,7 @@ class Preset:
     full_attention_interval: int = 0
     linear_heads: tuple[int, int] = (0, 0)
     linear_head_dim: int = 0
+    vision: VisionPreset | None = None
 
     @property
     def moe(self) -> bool:
@@ -83,6 +87,21 @@ PRESETS: dict[str, Preset] = {
     # output-gated, a quarter of each head rotated), as in the published models.
     "tiny-qwen3.5": Preset(
         192, 4, 4, 2, 64, 512, 2048, full_attention_interval=4, linear_heads=(2, 4), linear_head_dim=32
+    ),
+    # ~2.0M parameters: tiny-qwen3.5's text stack under a 2-block ViT of width 64 (8-pixel
+    # patches, 2x2 merged: a 64x64 image is 16 image tokens, at most 128x128 = 64 tokens).
+    "tiny-qwen3.5-vl": Preset(
+        192,
+        4,
+        4,
+        2,
+        64,
+        512,
+        2048,
+        full_attention_interval=4,
+        linear_heads=(2, 4),
+        linear_head_dim=32,
+        vision=VisionPreset(),
     ),
     # The published Qwen3 shapes, for GPU runs and benchmarks (random weights).
     "qwen3-0.6b": Preset(1024, 28, 16, 8, 128, 3072, 40960, QWEN3_VOCAB),
@@ -122,6 +141,8 @@ def model_config(preset: str):
         "dtype": "float32",
         RENDERER_MARKER: RENDERER_FAMILY,
     }
+    if p.hybrid and p.vision is not None:
+        return vl_config(_hybrid_config(p, common), p.vision)
     if p.hybrid:
         return _hybrid_config(p, common)
     from transformers import Qwen3Config, Qwen3MoeConfig
@@ -179,15 +200,31 @@ def _hybrid_config(p: Preset, common: dict):
 def _save_tokenizer(out: Path, preset: str) -> None:
     from transformers import PreTrainedTokenizerFast
 
+    vision = PRESETS[preset].vision
+    # A VL tokenizer names its vision markers so processors find them by attribute.
+    markers = (
+        {
+            "image_token": "<|image_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_start_token": "<|vision_start|>",
+            "vision_end_token": "<|vision_end|>",
+        }
+        if vision
+        else {}
+    )
+    template = VL_CHAT_TEMPLATE if vision else CHAT_TEMPLATE
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=build_tokenizer(),
+        tokenizer_object=build_tokenizer(vision=vision is not None),
         eos_token="<|im_end|>",
         pad_token="<|pad|>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=template,
         model_max_length=PRESETS[preset].max_position_embeddings,
         clean_up_tokenization_spaces=False,
+        **({"extra_special_tokens": markers} if markers else {}),
     )
     tok.save_pretrained(out)
+    if vision:
+        save_processor(out, vision, template)
     # The marker lives in tokenizer_config.json too, so a renderer given only a tokenizer
     # directory can still resolve ``auto``.
     cfg_path = out / "tokenizer_config.json"
@@ -198,15 +235,23 @@ def _save_tokenizer(out: Path, preset: str) -> None:
     cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
+def _auto_class(preset: str):
+    """``AutoModelForImageTextToText`` for a vision preset (its causal-LM mapping would build
+    the text-only class), ``AutoModelForCausalLM`` otherwise."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if PRESETS[preset].vision else AutoModelForCausalLM
+
+
 def _save_model(out: Path, preset: str, seed: int) -> None:
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import GenerationConfig
     from transformers.utils import logging as hf_logging
 
     config = model_config(preset)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
+        model = _auto_class(preset).from_config(config)
     # A one-shard progress bar is noise on the CLI's stderr.
     bars = not hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -280,10 +325,9 @@ def make_model(out: str | Path, preset: str = "tiny", seed: int = 0, force: bool
 def count_parameters(preset: str) -> int:
     """Number of distinct parameters of a preset (tied embeddings counted once)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(model_config(preset))
+        model = _auto_class(preset).from_config(model_config(preset))
     return sum(p.numel() for p in model.parameters())
 
 

@@ -26,14 +26,15 @@ def build_app() -> typer.Typer:
             help=(
                 "Model size: tiny (~1.6M params), small (~9.6M), tiny-moe (Qwen3-MoE, 8 experts "
                 "top-2, ~5.2M params, ~1.6M active), tiny-qwen3.5 (Qwen3.5 hybrid text model: 3 Gated "
-                "DeltaNet layers + 1 full attention, ~1.7M), or the Qwen3 shapes qwen3-0.6b, "
+                "DeltaNet layers + 1 full attention, ~1.7M), tiny-qwen3.5-vl (tiny-qwen3.5 with a 2-block vision "
+                "tower and an image processor, ~2.0M), or the Qwen3 shapes qwen3-0.6b, "
                 "qwen3-1.7b, qwen3-4b, qwen3-8b (random weights)."
             ),
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the random initial weights."),
         force: bool = typer.Option(False, "--force", help="Replace a non-empty --out directory."),
     ) -> None:
-        """Write a random Qwen3-architecture (dense, MoE or Qwen3.5 hybrid) model with a byte-level ChatML tokenizer."""
+        """Write a random Qwen3-family model (dense, MoE, Qwen3.5 hybrid or VL) with a byte-level ChatML tokenizer."""
         from prl_model_init.build import ModelInitError, active_parameters, count_parameters, make_model
 
         try:

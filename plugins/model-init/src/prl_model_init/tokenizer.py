@@ -38,6 +38,16 @@ SPECIAL_TOKENS: list[tuple[str, bool]] = [
     ("</tool_response>", False),
 ]
 
+# The vision markers of Qwen3-VL / Qwen3.5, taken from the reserved range by the ``-vl``
+# presets only (ids 266..269), so the text presets' tokenizer files stay as they were. An
+# image is ``<|vision_start|>`` + one ``<|image_pad|>`` per merged patch + ``<|vision_end|>``.
+VISION_TOKENS: list[tuple[str, bool]] = [
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+]
+
 
 def byte_alphabet() -> list[str]:
     """The printable character standing for each byte value 0..255, indexed by byte."""
@@ -51,14 +61,16 @@ def byte_alphabet() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def build_tokenizer() -> Tokenizer:
-    """The raw ``tokenizers.Tokenizer``: bytes at ids 0..255, then specials, then reserved."""
+def build_tokenizer(vision: bool = False) -> Tokenizer:
+    """The raw ``tokenizers.Tokenizer``: bytes at ids 0..255, then specials (and, with
+    ``vision``, the vision markers), then reserved."""
     vocab = {ch: i for i, ch in enumerate(byte_alphabet())}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
     # No regex split: with no merges, word boundaries cannot change the result.
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    added = [AddedToken(t, special=s, normalized=False) for t, s in SPECIAL_TOKENS]
+    specials = SPECIAL_TOKENS + (VISION_TOKENS if vision else [])
+    added = [AddedToken(t, special=s, normalized=False) for t, s in specials]
     n_reserved = VOCAB_SIZE - 256 - len(added)
     added += [AddedToken(f"<|reserved_{i}|>", special=True, normalized=False) for i in range(n_reserved)]
     tok.add_tokens(added)
@@ -143,3 +155,22 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- endif -%}"
 )
+
+
+# The vision-language template: the text one, with a message's content allowed to be a list
+# of OpenAI-style parts. A text part contributes its text; an image part (``image``,
+# ``image_url``) one ``<|vision_start|><|image_pad|><|vision_end|>`` that the processor
+# widens to the image's patch count. A plain string content renders exactly as before.
+_CONTENT_MACRO = (
+    "{%- macro content(c) -%}"
+    "{%- if c is string -%}{{- c -}}"
+    "{%- elif c is iterable -%}{%- for p in c -%}"
+    "{%- if p.type == 'text' -%}{{- p.text -}}"
+    "{%- elif p.type in ['image', 'image_url'] -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+)
+VL_CHAT_TEMPLATE = _CONTENT_MACRO + CHAT_TEMPLATE.replace(
+    "m.content if m.content is string else ''", "content(m.content)"
+).replace("(messages[0].content if messages[0].content is string else '')", "content(messages[0].content)")

@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from prl.config.base import PrlModel
 from prl.config.errors import ConfigError
 from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
+from prl_trainer_torch.vlm import check_vlm
 
 # config.json keys that give an MoE model's number of routed experts (Qwen-MoE; Mixtral and
 # GPT-OSS; DeepSeek), read at resolve time without torch or transformers.
@@ -106,19 +107,23 @@ class ModelTrainConfig(TrainerModelConfig):
         return self
 
     def check_model(self, model_dir: str) -> None:
-        """freeze_moe_router = true and ep > 1 need a model with routed experts (its
-        config.json), and ep must divide their number."""
-        if self.freeze_moe_router is not True and self.ep == 1:
+        """freeze_moe_router = true and ep > 1 need a model with routed experts (and ep must
+        divide their number), [model.vlm] a registered vision-language model class (all
+        read from its config.json)."""
+        if self.freeze_moe_router is not True and self.ep == 1 and self.vlm is None:
             return
         path = Path(model_dir) / "config.json"
         try:
-            experts = config_experts(json.loads(path.read_text()))
+            config = json.loads(path.read_text())
         except (OSError, ValueError):
             return  # no readable config here: the trainer checks the loaded model itself
+        experts = config_experts(config)
         if experts == 0 and self.freeze_moe_router is True:
             raise ValueError(f"freeze_moe_router: {self.name} has no MoE router (its config.json names no experts)")
         if self.ep > 1:
             check_ep(self.ep, experts, self.name)
+        if self.vlm is not None:
+            check_vlm(self.vlm, self.name, Path(model_dir), config)
 
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not
