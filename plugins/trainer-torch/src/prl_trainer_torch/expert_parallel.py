@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prl.config.errors import ConfigError
-from prl_trainer_torch.moe import named_routers
+from prl_trainer_torch.moe_layers import named_routers
 
 EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
 

@@ -31,6 +31,7 @@ import torch.distributed as tdist
 from torch import nn
 
 from prl.config.errors import ConfigError
+from prl_trainer_torch.moe_layers import named_routers, routers
 
 log = logging.getLogger("prl.trainer")
 
@@ -46,21 +47,6 @@ METRICS = (
     "expert_load/cold_frac/mean",
     "expert_load/cold_frac/max",
 )
-
-
-def named_routers(hf: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, module) of each router of a transformers causal LM, in layer order."""
-    recorder = (getattr(hf, "_can_record_outputs", None) or {}).get("router_logits")
-    cls = getattr(recorder, "target_class", None)
-    if cls is None:
-        return []
-    suffix = getattr(recorder, "layer_name", None)
-    return [(n, m) for n, m in hf.named_modules() if isinstance(m, cls) and (suffix is None or n.endswith(suffix))]
-
-
-def routers(hf: nn.Module) -> list[nn.Module]:
-    """The router modules of a transformers causal LM, in layer order ([] for a dense one)."""
-    return [m for _, m in named_routers(hf)]
 
 
 def idle_expert_params(hf: nn.Module) -> int:
