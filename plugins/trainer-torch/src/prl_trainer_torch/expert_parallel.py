@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from prl.config.errors import ConfigError
-from prl_trainer_torch.moe_layers import named_routers
+from prl_trainer_torch.moe_layers import router_experts
 
 EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
 
@@ -149,14 +149,7 @@ class ExpertParallelExperts(nn.Module):
 
 def moe_experts(hf: nn.Module) -> list[tuple[nn.Module, nn.Module]]:
     """(MoE block, its experts module) of each MoE layer, found beside the routers."""
-    modules = dict(hf.named_modules())
-    found = []
-    for name, _ in named_routers(hf):
-        block = modules.get(name.rpartition(".")[0])
-        experts = getattr(block, "experts", None)
-        if experts is not None:
-            found.append((block, experts))
-    return found
+    return [(block, experts) for _, block, experts in router_experts(hf)]
 
 
 def _unsupported(experts: nn.Module) -> str | None:

@@ -31,7 +31,7 @@ import torch.distributed as tdist
 from torch import nn
 
 from prl.config.errors import ConfigError
-from prl_trainer_torch.moe_layers import named_routers, routers
+from prl_trainer_torch.moe_layers import router_experts, routers
 
 log = logging.getLogger("prl.trainer")
 
@@ -53,12 +53,10 @@ def idle_expert_params(hf: nn.Module) -> int:
     """Parameters a token does not use: in each MoE layer, the experts beyond its top k
     (the ``experts`` module beside the router holds all of them). Model FLOPs per token
     count only the rest (``perf/mfu``)."""
-    modules = dict(hf.named_modules())
     idle = 0.0
-    for name, router in named_routers(hf):
-        experts = getattr(modules.get(name.rpartition(".")[0]), "experts", None)
+    for router, _, experts in router_experts(hf):
         top_k = getattr(router, "top_k", None) or getattr(hf.config, "num_experts_per_tok", None)
-        if experts is None or not top_k:
+        if not top_k:
             continue
         idle += sum(p.numel() for p in experts.parameters()) * (1 - top_k / _experts_of(router))
     return round(idle)
