@@ -93,8 +93,9 @@ def parse_variant(text: str, args) -> dict:
     return v
 
 
-def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict) -> dict:
-    """Write each step's batch as the orchestrator does, then time ``RLRun.train_step``."""
+def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict, prepare=None) -> dict:
+    """Write each step's batch as the orchestrator does, then time ``RLRun.train_step``.
+    ``prepare(run)``, when given, adjusts the built run before its first step."""
     from prl_trainer_torch.metrics import model_flops, peak_memory_gib
     from prl_trainer_torch.rl import RLRun
 
@@ -103,6 +104,8 @@ def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict) -> 
 
     print(f"== {v}", flush=True)
     run = RLRun(trainer_config(model_dir, work / v["name"], v, len(steps_docs)))
+    if prepare is not None:
+        prepare(run)
     dev = run.dist.device
     times, losses, flops, host = [], [], [], []
     tt._reset(dev)

@@ -242,11 +242,15 @@ def _print_compile_stats() -> None:
         print("dynamo:", json.dumps(stats))
 
 
-def run_plain(cfg, steps_docs, args, dev, state) -> dict:
+def run_plain(cfg, steps_docs, args, dev, state, experts: str | None = None, name: str = "plain") -> dict:
+    """The padded transformers loop; ``experts`` picks an MoE model's experts implementation
+    (transformers' own default when None: ``grouped_mm`` where it can run)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa").to(dev)
     model.load_state_dict(state)
+    if experts is not None:
+        model.set_experts_implementation(experts)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     losses, times, flops = [], [], []
@@ -281,7 +285,7 @@ def run_plain(cfg, steps_docs, args, dev, state) -> dict:
         times.append(time.perf_counter() - t0)
         losses.append(total)
         flops.append(model_flops(n_params, cfg.num_hidden_layers, cfg.hidden_size, [len(d["ids"]) for d in docs]))
-    return _summary("plain", losses, times, flops, steps_docs, args, dev, 1)
+    return _summary(name, losses, times, flops, steps_docs, args, dev, 1)
 
 
 def _padded_batches(docs, budget):

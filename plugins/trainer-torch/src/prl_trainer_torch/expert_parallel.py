@@ -39,18 +39,43 @@ from prl_trainer_torch.moe_layers import router_experts
 EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
 
 
+GROUPED_GEMM = "auto"
+"""How :func:`expert_mlp` runs the experts: ``"auto"`` (one grouped GEMM per projection on a
+CUDA device, a loop over the experts elsewhere), ``"grouped"`` or ``"loop"`` everywhere. A
+module switch, not a setting: the result is the same up to round-off, only the speed
+differs (``benchmarks/moe_step_throughput.py`` measures both)."""
+
+
 def expert_mlp(x: torch.Tensor, counts: list[int], gate_up: torch.Tensor, down: torch.Tensor, act) -> torch.Tensor:
     """The local experts over ``x``, whose rows are grouped by expert (``counts[e]`` rows
-    for local expert e, in order): ``down_e(act(gate_e x) * up_e x)``. The one place a
-    grouped GEMM (``torch._grouped_mm`` over the cumulative counts) replaces the loop.
+    for local expert e, in order): ``down_e(act(gate_e x) * up_e x)``.
 
-    Every expert runs, an empty one on zero rows, so each rank's autograd graph has the
-    same nodes whatever the routing: the collectives in the backward then line up."""
+    On a GPU each projection is one grouped GEMM over the cumulative counts: one kernel for
+    all experts, where a loop launches two matmuls per expert and leaves the GPU idle
+    between them. Every expert runs in the loop too, an empty one on zero rows, so each
+    rank's autograd graph has the same nodes whatever the routing: the collectives in the
+    backward then line up."""
+    if _grouped(x):
+        offsets = torch.tensor(counts).cumsum(0, dtype=torch.int32).to(x.device, non_blocking=True)
+        gate, up = _grouped_mm(x, gate_up, offsets).chunk(2, dim=-1)
+        return _grouped_mm(act(gate) * up, down, offsets)
     outs = []
     for e, rows in enumerate(x.split(counts)):
         gate, up = F.linear(rows, gate_up[e]).chunk(2, dim=-1)
         outs.append(F.linear(act(gate) * up, down[e]))
     return torch.cat(outs)
+
+
+def _grouped(x: torch.Tensor) -> bool:
+    if GROUPED_GEMM == "loop" or x.shape[0] == 0 or not hasattr(torch, "_grouped_mm"):
+        return False
+    return GROUPED_GEMM == "grouped" or x.is_cuda
+
+
+def _grouped_mm(x: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``x @ weight[e].T`` for the rows of each expert e, ``weight`` as ``[E, out, in]``."""
+    mm = getattr(F, "grouped_mm", None) or torch._grouped_mm
+    return mm(x.to(weight.dtype), weight.transpose(-2, -1), offs=offsets)
 
 
 class _AllToAll(torch.autograd.Function):
