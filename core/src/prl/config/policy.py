@@ -33,7 +33,8 @@ class LoraConfig(PrlModel):
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
     """Dropout on the adapter's input while training."""
     target_modules: Annotated[list[str], Field(min_length=1)] = Field(default_factory=lambda: list(LORA_TARGETS))
-    """Linear layers that get an adapter, by the last part of their module name."""
+    """Linear layers that get an adapter, by the last part of their module name. An MoE
+    model's fused experts are not linear layers: naming them is refused (docs/moe.md)."""
     name: Annotated[str, Field(min_length=1)] = "prl-lora"
     """Name the adapter is served under; RL requests ask for it as their model."""
 

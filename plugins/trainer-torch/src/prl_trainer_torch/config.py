@@ -16,7 +16,13 @@ from pydantic import Field, model_validator
 
 from prl.config.base import PrlModel
 from prl.config.errors import ConfigError
-from prl.config.policy import TrainerModelConfig, TrainerOptimConfig, TrainerSchedulerConfig, TrainerSFTLossConfig
+from prl.config.policy import (
+    LORA_TARGETS,
+    TrainerModelConfig,
+    TrainerOptimConfig,
+    TrainerSchedulerConfig,
+    TrainerSFTLossConfig,
+)
 from prl_trainer_torch.vlm import check_vlm
 
 # config.json keys that give an MoE model's number of routed experts (Qwen-MoE; Mixtral and
@@ -42,6 +48,30 @@ def check_ep(ep: int, experts: int, model: str) -> None:
         raise ValueError(f"ep: {model} is a dense model (its config.json names no experts); ep = {ep} needs an MoE")
     if experts % ep:
         raise ValueError(f"ep: {ep} does not divide the {experts} experts of each MoE layer of {model}")
+
+
+# Names of an MoE layer's expert projections in transformers: the fused 3-D parameters of its
+# ``experts`` module (gate_up_proj, down_proj), and the per-expert linear layers of published
+# checkpoints (Qwen and DeepSeek: gate_proj, up_proj, down_proj; Mixtral: w1, w2, w3).
+EXPERT_TARGETS = frozenset({"experts", "gate_up_proj", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3"})
+
+
+def check_lora_experts(targets: list[str], experts: int, model: str) -> None:
+    """ValueError (``lora.target_modules: why``) when LoRA target modules name expert
+    projections of an MoE model (``experts`` routed experts per layer; 0: a dense model).
+    transformers keeps the experts as fused 3-D tensors, not linear layers, so LoRA cannot
+    adapt them, and a list naming them would leave every expert silently untouched. The
+    default list is accepted: it means every linear projection the model has, which on an
+    MoE model is the attention projections (and the MLP projections of dense layers, if any)."""
+    if experts == 0 or set(targets) == set(LORA_TARGETS):
+        return
+    named = sorted(set(targets) & EXPERT_TARGETS)
+    if named:
+        raise ValueError(
+            f"lora.target_modules: {', '.join(named)}: LoRA cannot adapt the experts of the MoE model {model} "
+            "(fused experts are not supported); it adapts the attention projections (and dense MLP layers if "
+            "any): list attention projections only (q_proj, k_proj, v_proj, o_proj), or leave target_modules unset"
+        )
 
 
 class GCConfig(PrlModel):
@@ -108,9 +138,10 @@ class ModelTrainConfig(TrainerModelConfig):
 
     def check_model(self, model_dir: str) -> None:
         """freeze_moe_router = true and ep > 1 need a model with routed experts (and ep must
-        divide their number), [model.vlm] a registered vision-language model class (all
-        read from its config.json)."""
-        if self.freeze_moe_router is not True and self.ep == 1 and self.vlm is None:
+        divide their number), [model.lora] target modules must not name an MoE model's
+        experts, [model.vlm] needs a registered vision-language model class (all read from
+        its config.json)."""
+        if self.freeze_moe_router is not True and self.ep == 1 and self.vlm is None and self.lora is None:
             return
         path = Path(model_dir) / "config.json"
         try:
@@ -122,6 +153,8 @@ class ModelTrainConfig(TrainerModelConfig):
             raise ValueError(f"freeze_moe_router: {self.name} has no MoE router (its config.json names no experts)")
         if self.ep > 1:
             check_ep(self.ep, experts, self.name)
+        if self.lora is not None:
+            check_lora_experts(self.lora.target_modules, experts, self.name)
         if self.vlm is not None:
             check_vlm(self.vlm, self.name, Path(model_dir), config)
 

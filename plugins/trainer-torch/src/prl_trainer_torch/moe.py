@@ -31,6 +31,7 @@ import torch.distributed as tdist
 from torch import nn
 
 from prl.config.errors import ConfigError
+from prl_trainer_torch.config import check_lora_experts
 from prl_trainer_torch.moe_layers import router_experts, routers
 
 log = logging.getLogger("prl.trainer")
@@ -82,8 +83,16 @@ def setup_moe(hf: nn.Module, mcfg, rl: bool) -> int:
     """Before the model is parallelized and the optimizer built: freeze the routers as
     ``mcfg.freeze_moe_router`` says (:func:`freeze_routers`), swap in the expert-parallel
     experts when ``mcfg.ep > 1`` (:mod:`prl_trainer_torch.expert_parallel`) and say so in
-    the log. Returns the number of routers (0 for a dense model)."""
+    the log. A LoRA run whose target modules name the experts is refused here too
+    (``prl trainer @ file`` skips the CLI's check of the config). Returns the number of
+    routers (0 for a dense model)."""
     found = routers(hf)
+    lora = getattr(mcfg, "lora", None)
+    if found and lora is not None:
+        try:
+            check_lora_experts(lora.target_modules, _experts_of(found[0]), mcfg.name)
+        except ValueError as exc:
+            raise ConfigError(f"model.{exc}") from None
     frozen = freeze_routers(hf, mcfg.freeze_moe_router, rl, mcfg.name)
     ep = getattr(mcfg, "ep", 1)
     if ep > 1:
@@ -91,8 +100,11 @@ def setup_moe(hf: nn.Module, mcfg, rl: bool) -> int:
 
         install_expert_parallel(hf, ep, mcfg.name)  # placed over the ranks by parallelize()
     if found:
-        state = "frozen" if frozen else "trained"
+        # a LoRA run froze the whole base before this, routers included
+        state = "frozen" if frozen or not any(p.requires_grad for r in found for p in r.parameters()) else "trained"
         log.info("MoE model: %d routers (%s), %d experts each, ep = %d", len(found), state, _experts_of(found[0]), ep)
+        if lora is not None:
+            log.info("LoRA on an MoE model: the experts and routers take no adapter and stay frozen (docs/moe.md)")
     return len(found)
 
 
