@@ -146,3 +146,20 @@ def test_the_trainer_refuses_expert_targets_itself(tmp_path, tiny_moe_model, rev
     expected = REFUSAL.format(names="down_proj", model=tiny_moe_model)
     with pytest.raises(ConfigError, match=f"^{re.escape('model.' + expected)}$"):
         SFTRun(cfg)
+
+
+def test_ep_is_checked_against_the_ranks_num_train_gpus_gives(tmp_path, tiny_moe_model, monkeypatch):
+    """``[deployment] num_train_gpus`` alone sets the trainer ranks (one per GPU): ``ep`` is
+    checked against them at resolve time, not against the default single worker."""
+    from prl.gpus import COUNT_ENV
+
+    monkeypatch.setenv(COUNT_ENV, "4")  # a 4-GPU machine as far as the placement checks go
+    rl = ["rl", "@", str(ROOT / "examples" / "reverse-text" / "rl.toml"), "--output-dir", str(tmp_path), "--dry-run"]
+    rl += ["--model.name", str(tiny_moe_model), "--deployment.num-infer-gpus", "1"]
+    res = _cli(*rl, "--trainer.model.ep", "2", "--deployment.num-train-gpus", "2")
+    assert res.exit_code == 0, res.output
+    resolved = {p.stem: json.loads(p.read_text()) for p in tmp_path.rglob("resolved/*.json")}
+    assert resolved["trainer"]["num_workers"] == resolved["orchestrator"]["num_train_workers"] == 2
+    res = _cli(*rl, "--trainer.model.ep", "2", "--deployment.num-train-gpus", "3")
+    assert res.exit_code == 2
+    assert res.output.strip() == "Config file error: model.ep: 2 does not divide the 3 trainer workers (num_workers)"

@@ -131,7 +131,7 @@ class RLConfig(CommonRunFields):
             # [inference.vllm] model = ... is an explicit inference.model.name, so it is
             # folded in before the shared model.name fills only what is left unset.
             data = {**data, "inference": expand_backend_section(data["inference"])}
-        data, inherited = fill_shared(_lora_transport(data), cls)
+        data, inherited = fill_shared(_lora_transport(_train_workers(data)), cls)
         config = handler(data)
         config._inherited = inherited
         return config
@@ -172,6 +172,26 @@ class RLConfig(CommonRunFields):
         _check_lora(self)
         check_sampling_replay(self)
         return self
+
+
+def _train_workers(data: dict) -> dict:
+    """One trainer rank per train GPU of a single-node ``[deployment]``
+    (``num_train_gpus``), filled in before validation, so that the checks that depend on
+    the number of ranks (``trainer.model.ep`` must divide it) see the ranks the run will
+    have. A config that sets the worker counts itself keeps them."""
+    dep = data.get("deployment")
+    try:  # command-line values arrive as text; a bad one is the launcher's field to report
+        gpus = int(dep.get("num_train_gpus") or 0) if isinstance(dep, dict) else 0
+    except (TypeError, ValueError):
+        return data
+    if gpus <= 1 or dep.get("num_train_nodes"):
+        return data
+    trainer, orch = data.get("trainer") or {}, data.get("orchestrator") or {}
+    if not isinstance(trainer, dict) or not isinstance(orch, dict):
+        return data
+    if "num_workers" in trainer or "num_train_workers" in orch:
+        return data
+    return {**data, "trainer": {**trainer, "num_workers": gpus}, "orchestrator": {**orch, "num_train_workers": gpus}}
 
 
 def _lora_transport(data: dict) -> dict:
