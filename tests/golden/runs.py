@@ -1,10 +1,11 @@
 """Golden learning curves: one short CPU run per algorithm whose learning signal must move.
 
 Each entry of ``RUNS`` is a complete ``prl rl`` run on the built-in reverse-text taskset
-with the tiny model made here from a fixed seed, ``orchestrator.deterministic = true`` and
-one trainer thread, so a run repeats itself on one machine and stays close on another. Its
-curve is, per step, each ``signals`` metric: orchestrator metrics from the orchestrator's
-rows of ``metrics.jsonl``, the ones in ``trainer_signals`` from the trainer's.
+with a tiny model made here from a fixed seed (its ``preset``: ``tiny``, or ``tiny-moe``
+for ``grpo_moe``), ``orchestrator.deterministic = true`` and one trainer thread, so a run
+repeats itself on one machine and stays close on another. Its curve is, per step, each
+``signals`` metric: orchestrator metrics from the orchestrator's rows of
+``metrics.jsonl``, the ones in ``trainer_signals`` from the trainer's.
 
 Two checks use a curve (``tests/golden/test_golden.py``, marked ``slow``):
 
@@ -29,8 +30,9 @@ Re-record after an intended change of learning behaviour (and commit the JSON fi
 
 Adding an algorithm: add a ``GoldenRun`` to ``RUNS`` with its ``algo`` table, ``extra``
 TOML for anything else it needs, ``frozen`` for a served teacher or sampler, and the
-metrics that show its learning as ``signals`` with margins (see the opd entry). Then record
-its curve with the command above; ``test_golden.py`` parametrises over ``RUNS`` by itself.
+metrics that show its learning as ``signals`` with margins (see the opd entry); another
+model is a ``preset`` (see ``grpo_moe``). Then record its curve with the command above;
+``test_golden.py`` parametrises over ``RUNS`` by itself.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class GoldenRun:
     then serves it with ``prl inference`` on loopback for its whole length, and ``{frozen}``
     and ``{url}`` in ``extra`` become its path and base URL."""
     seed: int = 0
+    preset: str = "tiny"
+    """The ``prl model init`` preset the starting model is made from (``tiny-moe``: the
+    Mixture-of-Experts model, whose routers RL leaves frozen by default)."""
+    trainer_log: tuple[str, ...] = ()
+    """Text the trainer's log must contain (a setting the run is about, seen to be in force)."""
 
 
 def _reverse_warm_start(model_dir: Path) -> None:
@@ -135,6 +142,10 @@ RUNS: dict[str, GoldenRun] = {
     # and hierarchical_grpo's (no agent of an episode role) the group mean
     "rae": GoldenRun('type = "rae"'),
     "hierarchical_grpo": GoldenRun('type = "hierarchical_grpo"\nepisode_agents = ["solver"]'),
+    # grpo on the tiny Mixture-of-Experts model (8 experts, top-2), warm-started like the
+    # dense runs (the warm start trains its routers); RL keeps them frozen (freeze_moe_router
+    # "auto"), so only attention, experts and embeddings learn
+    "grpo_moe": GoldenRun('type = "grpo"', preset="tiny-moe", trainer_log=("4 routers (frozen)",)),
     # reverse KL to a frozen teacher, served for the run
     "opd": _distill(
         'type = "opd"',
@@ -181,16 +192,16 @@ def config_toml(run: GoldenRun, model: Path, out: Path) -> str:
 
 
 def base_model(run: GoldenRun, cache: Path) -> Path:
-    """The run's starting model: the tiny model of its seed, warm-started by ``prepare``;
+    """The run's starting model: the ``preset`` model of its seed, warm-started by ``prepare``;
     built once per ``cache`` directory and shared by the runs that start alike."""
     from prl_model_init.build import make_model
 
-    key = f"seed{run.seed}-{run.prepare.__name__ if run.prepare else 'random'}"
+    key = f"{run.preset}-seed{run.seed}-{run.prepare.__name__ if run.prepare else 'random'}"
     target = cache / key
     if not target.exists():
         building = cache / f"{key}.building"
         shutil.rmtree(building, ignore_errors=True)
-        make_model(building, preset="tiny", seed=run.seed)
+        make_model(building, preset=run.preset, seed=run.seed)
         if run.prepare is not None:
             run.prepare(building)
         building.rename(target)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -33,13 +34,18 @@ def golden_cache(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_golden_curve(name, tmp_path, golden_cache):
-    if not _installed(name):
-        pytest.skip(f"algorithm '{name}' is not installed")
+    algo_type = tomllib.loads(RUNS[name].algo)["type"]
+    if not _installed(algo_type):
+        pytest.skip(f"algorithm '{algo_type}' is not installed")
     recorded_file = curve_path(name)
     assert recorded_file.exists(), f"no recorded curve: run `python tests/golden/record.py {name}`"
     recorded = json.loads(recorded_file.read_text())["curve"]
     run = RUNS[name]
     curve = execute(name, tmp_path, golden_cache)
+    if run.trainer_log:
+        trainer_log = (tmp_path / "outputs" / name / "logs" / "attempt_1" / "trainer.log").read_text()
+        for text in run.trainer_log:
+            assert text in trainer_log, f"{name}: the trainer's log does not say {text!r}"
     for signal, margin in run.signals.items():
         moved = learned(curve[signal])
         shown = [round(x, 3) for x in windows(curve[signal])]
