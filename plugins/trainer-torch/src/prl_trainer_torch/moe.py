@@ -138,6 +138,12 @@ class RoutingStats:
         return cls(found, device) if found else None
 
     def _hook(self, layer: int):
+        # Opaque to torch.compile: traced, the hook made each compiled decoder layer guard
+        # on its layer number and on ``recording``, so 8 layers x 2 states went past
+        # dynamo's recompile limit; the layers past it ran eagerly in the recomputation of a
+        # checkpointed layer but compiled in its forward, and the backward failed
+        # ("Recomputed values ... have different metadata", a Qwen3-30B-A3B shape on an H200).
+        @torch.compiler.disable
         def record(module, args, output) -> None:
             if self.recording:
                 self.add(layer, output[0], output[-1])
