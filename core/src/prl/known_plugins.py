@@ -37,7 +37,7 @@ _PROVIDES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "prl-renderers": ("renderers/renderers", {"renderers": ("auto", "default", "custom")}),
     "prl-tasks-builtin": (
         "plugins/tasks-builtin",
-        {"tasksets": ("reverse-text", "alphabet-sort", "kuhn-poker", "proposer-solver")},
+        {"tasksets": ("reverse-text", "alphabet-sort", "kuhn-poker", "proposer-solver", "coloured-shapes")},
     ),
 }
 

@@ -124,6 +124,27 @@ def test_builtin_rollouts_carry_exact_server_tokens(server):
 
 
 @pytest.mark.slow
+def test_coloured_shapes_on_a_text_model_drops_the_image_part(server):
+    """Today's text path: the auto renderer (qwen3 here) renders the question and leaves the
+    image part out, silently; the rollout runs and is scored, the image stays in its messages."""
+    renderer = renderer_for(server["model"])
+    source = {"name": "cs", "env": {"taskset": {"id": "coloured-shapes", "num_eval": 1}}}
+
+    async def scenario():
+        async with InferenceHTTPClient(server["url"], model=server["model"]) as client:
+            env = EnvSource(SourceConfig.model_validate(source), "eval", None)
+            await env.start()
+            task = env.tasks()[0]
+            return task, await env.rollout(task, client, renderer, Sampling(max_tokens=4), 0)
+
+    task, trace = asyncio.run(scenario())
+    _check_branch_alignment(trace)
+    prompt = renderer.tokenizer.decode(renderer.render_ids(task.prompt, add_generation_prompt=True))
+    assert task.data["question"] in prompt and "data:image" not in prompt and "vision" not in prompt
+    assert trace.messages[1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+@pytest.mark.slow
 def test_env_server_serves_builtin_rollouts_over_prl_protocol(server, tmp_path):
     src = {"name": "rt", "env": {"taskset": {"id": "reverse-text", "num_eval": 2}}}
     (tmp_path / "rt.json").write_text(json.dumps(SourceConfig.model_validate(src).model_dump(mode="json")))

@@ -187,6 +187,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        # Images come from the dashboard itself or inline data: URLs (rollout thumbnails),
+        # never from elsewhere: a URL in a rollout's messages must not make the browser call out.
+        self.send_header("Content-Security-Policy", "img-src 'self' data:")
         if status == HTTPStatus.METHOD_NOT_ALLOWED:
             self.send_header("Allow", "GET, HEAD")
         self.end_headers()

@@ -72,7 +72,7 @@ async function showLive(main, run, traceId) {
     if (ep.events.length === shown) return;
     shown = ep.events.length;
     const turns = ep.events.filter((e) => e.event === "turn");
-    box.replaceChildren(...ep.prompt.map((m) => el("div", { class: "msg" }, el("b", {}, m.role || "?"), "  ", typeof m.content === "string" ? m.content : JSON.stringify(m.content))),
+    box.replaceChildren(...ep.prompt.map((m) => el("div", { class: "msg" }, el("b", {}, m.role || "?"), "  ", contentView(m.content))),
       ...turns.map((t) => el("div", { class: "msg live-turn" }, el("b", {}, `${t.agent || "assistant"} · turn ${t.turn}`), el("span", { class: "muted" }, `  ${t.tokens} tokens · ${t.finish_reason}`), "\n", t.text)),
       el("p", { class: "muted" }, r.status === "pending" ? "waiting to start…" : "sampling…"));
   }
@@ -85,6 +85,47 @@ async function showLive(main, run, traceId) {
   }
   await load();
   if (shown >= 0 || head.textContent) timer = setInterval(load, LIVE_POLL_MS);
+}
+
+// A message's content: a string as is; a list of chat content parts part by part, text parts
+// as text and image parts as thumbnails; anything else as JSON.
+function contentView(content) {
+  if (typeof content === "string") return [content];
+  if (!Array.isArray(content)) return [JSON.stringify(content)];
+  return content.map((p) => (isImagePart(p) ? imageView(p) : p && p.type === "text" && typeof p.text === "string" ? p.text : JSON.stringify(p)));
+}
+
+// Only inline base64 raster images are drawn: a remote URL is never fetched (the dashboard
+// makes no request beyond its own server; the server's CSP says so too), and SVG can carry script.
+const IMAGE_DATA_URL = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}$/;
+
+function isImagePart(p) {
+  return !!p && typeof p === "object" && ["image_url", "image", "input_image"].includes(p.type);
+}
+
+// The URL of an image part in the shapes chat formats use: OpenAI {image_url: {url}} or
+// {image_url: "..."}, {image: "..."} (Hugging Face, verifiers), {url}, Anthropic {source: {type: "base64"}}.
+function imageUrlOf(p) {
+  const u = p.image_url ?? p.image ?? p.url;
+  if (typeof u === "string") return u;
+  if (u && typeof u.url === "string") return u.url;
+  const s = p.source;
+  if (s && s.type === "base64" && typeof s.data === "string") return `data:${s.media_type};base64,${s.data}`;
+  return null;
+}
+
+function imageView(p) {
+  const url = imageUrlOf(p);
+  if (url && IMAGE_DATA_URL.test(url)) {
+    const kind = url.slice("data:image/".length, url.indexOf(";"));
+    const kb = (((url.length - url.indexOf(",") - 1) * 3) / 4 / 1024).toFixed(1);
+    const img = el("img", { class: "thumb", src: url, alt: `${kind} image, ${kb} kB`, title: `${kind} image, ${kb} kB (click to enlarge)` });
+    img.addEventListener("click", () => img.classList.toggle("open"));
+    return img;
+  }
+  const remote = url && !url.startsWith("data:");
+  const why = !url ? "no image data" : remote ? "remote URL, not loaded" : `unsupported ${url.slice(5, url.search(/[;,]|$/)) || "data"} URL`;
+  return el("span", { class: "img-placeholder", title: remote ? url.slice(0, 300) : null }, `[image: ${why}]`);
 }
 
 // Colour of one value of an overlay: signed values blue (<0) / red (>0) scaled by the largest
@@ -117,7 +158,7 @@ async function showEpisode(main, run, line) {
     el("span", { class: "muted", id: "episode-head" }, `${r.id} · ${r.kind} · env ${r.env} · step ${fmt(r.step)} · reward ${fmt(r.reward)} · ${r.tokens} tokens · ${r.stop_condition || ""}${t.error ? " · error: " + t.error : ""}`)));
   if ((t.messages || []).length) {
     main.append(el("h3", { class: "section" }, "Transcript"),
-      el("div", { id: "transcript" }, t.messages.map((m) => el("div", { class: "msg" }, el("b", {}, m.role || "?"), "  ", typeof m.content === "string" ? m.content : JSON.stringify(m.content)))));
+      el("div", { id: "transcript" }, t.messages.map((m) => el("div", { class: "msg" }, el("b", {}, m.role || "?"), "  ", contentView(m.content)))));
   }
   const tok = ep.tokenizer || {};
   if (ep.branches.some((b) => !b.tokens) && tok.error) // ids instead of text: say why, never silently
