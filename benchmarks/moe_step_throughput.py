@@ -30,6 +30,7 @@ Variants (``--only``):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -116,6 +117,10 @@ def _measure(name, *a) -> dict:
     except torch.OutOfMemoryError as exc:
         out = {"name": name, "error": f"out of memory: {str(exc).splitlines()[0]}"}
     out["wall_s"] = time.perf_counter() - t0
+    # compiled graphs keep the last run's model (and its optimizer state) alive: a later
+    # variant ran out of memory on an H100 until they were dropped
+    torch._dynamo.reset()
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     print(json.dumps({k: v for k, v in out.items() if k not in ("losses", "step_s")}), flush=True)

@@ -154,7 +154,8 @@ def _profiler(on: bool):
 def _print_profile(prof, wall: float) -> None:
     """How busy the GPU was during the profiled step, and where the host spent its time."""
     events = prof.key_averages()
-    gpu = sum(e.self_device_time_total for e in events) / 1e6
+    # "Command Buffer Full" is the host waiting for room in the launch queue, not a kernel
+    gpu = sum(e.self_device_time_total for e in events if e.key != "Command Buffer Full") / 1e6
     print(f"profiled step: wall {wall:.3f} s, GPU kernel time {gpu:.3f} s ({gpu / wall:.0%} busy)")
     print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=50))
     if torch.cuda.is_available():
