@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -77,32 +75,11 @@ def _watch_live(run: Path, done: threading.Event) -> None:
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
+def dashboard(serve_dashboard, tmp_path_factory):
     """(url, run_dir, screenshot dir): ``prl dashboard`` serving the run's output dir."""
     base = tmp_path_factory.mktemp("dash")
     run = _make_run(base)
-    prl = Path(sys.executable).with_name("prl")
-    proc = subprocess.Popen(
-        [str(prl), "dashboard", str(base / "outputs"), "--port", "0"], stdout=subprocess.PIPE, text=True
-    )
-    line = proc.stdout.readline()  # "Dashboard · http://localhost:<port> (...)"
-    assert line.startswith("Dashboard · http://"), line
-    yield line.split()[2], run, base / "screenshots"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    yield driver
-    driver.quit()
+    return serve_dashboard(base / "outputs"), run, base / "screenshots"
 
 
 def _wait(driver, css: str, check=lambda els: bool(els), timeout: float = 20.0):

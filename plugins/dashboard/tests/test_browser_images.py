@@ -10,11 +10,8 @@ import dataclasses
 import http.server
 import io
 import shutil
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from prl_monitor_file import FileMonitor
@@ -68,7 +65,7 @@ def probe():
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory, probe):
+def dashboard(serve_dashboard, tmp_path_factory, probe):
     """``prl dashboard`` over one run: a finished episode and a live one, both with images."""
     base = tmp_path_factory.mktemp("images")
     user = {"role": "user", "content": [
@@ -86,28 +83,7 @@ def dashboard(tmp_path_factory, probe):
     orch.log_traces([dataclasses.asdict(trace)], 1)
     orch.log_live("live-1", {"event": "start", "time": time.time(), "env": "coloured-shapes", "prompt": [user]})
     orch.close()
-    prl = Path(sys.executable).with_name("prl")
-    proc = subprocess.Popen(
-        [str(prl), "dashboard", str(base / "outputs"), "--port", "0"], stdout=subprocess.PIPE, text=True
-    )
-    line = proc.stdout.readline()
-    assert line.startswith("Dashboard · http://"), line
-    yield line.split()[2], base / "screenshots"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    yield driver
-    driver.quit()
+    return serve_dashboard(base / "outputs"), base / "screenshots"
 
 
 def _until(driver, script: str, timeout: float = 15.0):

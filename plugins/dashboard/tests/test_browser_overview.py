@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def _eval_run(outputs: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
+def dashboard(serve_dashboard, tmp_path_factory):
     """``prl dashboard`` over: rl-done (finished), rl-b (failed with a traceback), rl-live
     (running: this test's own pid, a row a second ago), rl-stuck (stalled: alive, last row
     1000 s ago with 1 s steps), rl-noname (a model that is nowhere) and eval-run."""
@@ -124,26 +123,7 @@ def dashboard(tmp_path_factory):
     _run(outputs, "rl-stuck", model, 10, 2, now - 1003, 0.1, os.getpid())
     _run(outputs, "rl-noname", "nowhere/tiny-missing", 1, 1, now - 700, 0.1, dead)
     _eval_run(outputs)
-    prl = Path(sys.executable).with_name("prl")
-    proc = subprocess.Popen([str(prl), "dashboard", str(outputs), "--port", "0"], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith("Dashboard · http://"), line
-    yield line.split()[2], base / "screenshots"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    yield driver
-    driver.quit()
+    return serve_dashboard(outputs), base / "screenshots"
 
 
 def _js(driver, script: str, *args):
