@@ -59,6 +59,26 @@ def check_renderers(cfg: object) -> None:
             raise ConfigError(f"--{prefix}renderer.name: {exc}") from None
 
 
+def check_image_sources(cfg: object) -> None:
+    """``prl rl``: a source whose taskset puts images in its prompts
+    (:attr:`prl.contracts.taskset.Taskset.sends_images`) trains a text model only if the
+    config says the model sees images (``[model.vlm]``); otherwise the images would be left
+    out of every prompt without a word, so the run is refused as one line naming the source."""
+    orch = getattr(cfg, "orchestrator", None)
+    model = getattr(orch, "model", None)
+    if model is None or getattr(model, "vlm", None) is not None:
+        return
+    groups = [("train", getattr(orch, "train", None)), ("eval", getattr(orch, "eval", None))]
+    for group, section in groups:
+        for i, source in enumerate(getattr(section, "source", None) or []):
+            taskset = source.env.taskset
+            if getattr(taskset.plugin_class(), "sends_images", False):
+                raise ConfigError(
+                    f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts "
+                    f"and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
+                )
+
+
 def check_trained_model(cfg: object) -> None:
     """Let the trainer's model settings (``prl sft``: ``model``; ``prl rl``:
     ``trainer.model``) check themselves against the model they will train

@@ -55,6 +55,9 @@ class Taskset(Plugin, ABC):
     # The split names ``tasks`` accepts, checked when a config sets ``split``; None: any
     # name (a dataset-backed taskset learns its splits only when it loads the data).
     splits: ClassVar[tuple[str, ...] | None] = None
+    # Its prompts carry image parts (OpenAI chat content): a run that trains on them needs a
+    # vision-language model ([model.vlm]); one without is refused when its config resolves.
+    sends_images: ClassVar[bool] = False
 
     def __init__(self, config: TasksetConfig) -> None:
         self.config = config

@@ -125,6 +125,7 @@ class ColouredShapes(Taskset):
     id = "coloured-shapes"
     in_process = True
     splits = ("train", "eval", "test")
+    sends_images = True
 
     class Config(TasksetConfig):
         """coloured-shapes taskset."""
