@@ -44,3 +44,17 @@ def test_auto_uses_the_loop_on_the_cpu():
     assert expert_parallel.GROUPED_GEMM == "auto"
     assert not expert_parallel._grouped(x)
     assert not expert_parallel._grouped(x[:0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_on_a_gpu_auto_runs_the_grouped_gemm_and_matches_the_loop():
+    g = torch.Generator().manual_seed(1)
+    counts, hidden, inter = [40, 0, 24, 64, 8, 0, 16, 104], 128, 64  # bf16 grouped GEMM: 16-byte rows
+    x = torch.randn(sum(counts), hidden, generator=g).cuda().bfloat16()
+    gate_up = (torch.randn(len(counts), 2 * inter, hidden, generator=g) / 8).cuda().bfloat16()
+    down = (torch.randn(len(counts), hidden, inter, generator=g) / 8).cuda().bfloat16()
+    assert expert_parallel._grouped(x)
+    loop = _run("loop", x, counts, gate_up, down)
+    auto = _run("auto", x, counts, gate_up, down)
+    for name, a, b in zip(("output", "x grad", "gate_up grad", "down grad"), loop, auto, strict=True):
+        torch.testing.assert_close(b.float(), a.float(), rtol=2e-2, atol=2e-2, msg=lambda m, name=name: f"{name}: {m}")
