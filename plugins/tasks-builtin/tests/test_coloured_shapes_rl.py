@@ -44,3 +44,22 @@ def test_an_image_taskset_on_a_vision_language_model_resolves(tmp_path, models):
     # a text taskset on a text model is not concerned
     res = _rl(tmp_path / "text", models["tiny"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_source_that_sends_images_says_the_model_will_not_see_them(caplog):
+    from prl.config.components import SourceConfig
+    from prl.envs.source import EnvSource
+
+    shapes = SourceConfig.model_validate({"name": "cs", "env": {"taskset": {"id": "coloured-shapes"}}})
+    with caplog.at_level("WARNING", logger="prl.envs.source"):
+        EnvSource(shapes, "eval", None)
+    (record,) = [r for r in caplog.records if r.name == "prl.envs.source"]
+    assert record.getMessage() == (
+        "source cs: coloured-shapes puts images in its prompts, and no renderer passes pixels to the model yet: "
+        "the model sees the text alone (docs/vlm.md)"
+    )
+    caplog.clear()
+    text = SourceConfig.model_validate({"name": "rt", "env": {"taskset": {"id": "reverse-text"}}})
+    with caplog.at_level("WARNING", logger="prl.envs.source"):
+        EnvSource(text, "eval", None)
+    assert not [r for r in caplog.records if r.name == "prl.envs.source"]
