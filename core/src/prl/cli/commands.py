@@ -21,7 +21,6 @@ from prl.cli.placement import (
     pin_inference_port,
     pin_rollout_port,
     place_inference,
-    place_trainer,
 )
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
@@ -147,7 +146,6 @@ def cmd_rl(argv: list[str]) -> int:
     _share_identity(cfg, cfg.trainer, cfg.orchestrator, cfg.inference)
     client_set = "base_url" in (res.merged.get("orchestrator", {}).get("client") or {})
     place_inference(cfg)
-    place_trainer(cfg, res.merged)
     pin_inference_port(cfg.inference)
     pin_rollout_port(cfg.trainer, cfg.orchestrator)
     bind_weight_transport(cfg, cfg.inference, [cfg.trainer, cfg.orchestrator])

@@ -5,8 +5,6 @@ Used by ``prl rl`` and ``prl sft`` (prl.cli.commands)."""
 
 from __future__ import annotations
 
-from prl.config.errors import ConfigError
-
 
 def pin_inference_port(inference) -> bool:
     """``server.port = 0`` under a launcher means any free port: pick it now, so the clients
@@ -72,18 +70,3 @@ def place_inference(cfg) -> None:
         check_deployment(cfg.deployment)
     if cfg.inference is not None:
         resolve_engines(cfg.inference, cfg.deployment)
-
-
-def place_trainer(cfg, merged: dict) -> None:
-    """One trainer rank per train GPU of a single-node ``[deployment]`` (torchrun
-    nproc = num_train_gpus), unless the config sets the worker counts itself."""
-    gpus = getattr(cfg.deployment, "num_train_gpus", 0) or 0
-    if gpus <= 1 or getattr(cfg.deployment, "num_train_nodes", 0):
-        return
-    if "num_workers" in (merged.get("trainer") or {}) or "num_train_workers" in (merged.get("orchestrator") or {}):
-        return
-    try:
-        cfg.trainer.model.data_parallel(gpus)
-    except ValueError as exc:
-        raise ConfigError(f"--deployment.num-train-gpus: {gpus} trainer ranks: {exc}") from None
-    cfg.trainer.num_workers = cfg.orchestrator.num_train_workers = gpus

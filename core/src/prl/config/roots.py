@@ -175,10 +175,10 @@ class RLConfig(CommonRunFields):
 
 
 def _train_workers(data: dict) -> dict:
-    """One trainer rank per train GPU of a single-node ``[deployment]``
-    (``num_train_gpus``), filled in before validation, so that the checks that depend on
-    the number of ranks (``trainer.model.ep`` must divide it) see the ranks the run will
-    have. A config that sets the worker counts itself keeps them."""
+    """One trainer rank per train GPU of a single-node ``[deployment]`` (torchrun nproc =
+    ``num_train_gpus``), filled in before validation, so that the checks that depend on the
+    number of ranks (``trainer.model.ep`` and the data-parallel layout must divide it) see
+    the ranks the run will have. A config that sets the worker counts itself keeps them."""
     dep = data.get("deployment")
     try:  # command-line values arrive as text; a bad one is the launcher's field to report
         gpus = int(dep.get("num_train_gpus") or 0) if isinstance(dep, dict) else 0
