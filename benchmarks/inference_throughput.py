@@ -5,7 +5,10 @@ per-request ``max_tokens`` (mixed 16..64, EOS ignored so every request produces 
 its budget), at 1, 16 and 64 concurrent requests. Each level serves ``max(8, 2c)`` requests
 as a closed loop: ``c`` clients, each sending its next request as soon as the last returns.
 
-* ``engine``: ``prl_inference_torch.engine.Engine`` in process (continuous batching, KV cache).
+* ``engine``: ``prl_inference_torch.engine.Engine`` in process (continuous batching, KV cache;
+  on CUDA its slot cache with CUDA-graph decode steps, ``slots.py``).
+* ``eng_eager`` (CUDA only): the same engine on its growing-cache path, eager forwards: what
+  it ran on a GPU before CUDA graphs.
 * ``http``: the same engine behind its HTTP server (``python -m prl_inference_torch``), driven
   through ``prl.client.InferenceHTTPClient`` -- what an orchestrator sees.
 * ``hf_seq``: ``model.generate`` one request at a time (how a server without batching serves c
@@ -53,14 +56,17 @@ def workload(tokenizer, n: int, seed: int = 0) -> tuple[list[list[int]], list[in
     return prompts, [rng.choice([16, 32, 48, 64]) for _ in range(n)]
 
 
-def bench_engine(model_dir: str, tokenizer, prompts, budgets, concurrency: int, device="cpu", dtype="float32") -> float:
+def bench_engine(
+    model_dir: str, tokenizer, prompts, budgets, concurrency: int, device="cpu", dtype="float32", **engine_kw
+) -> float:
     from prl_inference_torch.attention import register
     from prl_inference_torch.engine import Engine, GenParams, Request
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation=register())
     model = model.to(device).eval()
-    engine = Engine(model, tokenizer, max_model_len=2048, eos_ids=set(), max_batch_size=max(64, concurrency))
+    rows = max(64, concurrency)
+    engine = Engine(model, tokenizer, max_model_len=2048, eos_ids=set(), max_batch_size=rows, **engine_kw)
     engine.start()
     queue = list(range(len(prompts)))
     lock = threading.Lock()
@@ -213,18 +219,25 @@ def main() -> None:
         for c in levels:
             prompts, budgets = workload(tokenizer, max(8, 2 * c))
             eng = bench_engine(model_dir, tokenizer, prompts, budgets, c, args.device, args.dtype)
+            # on a GPU, also the engine's growing-cache eager path (what it ran before CUDA graphs)
+            old = None
+            if args.device == "cuda":
+                old = bench_engine(model_dir, tokenizer, prompts, budgets, c, args.device, args.dtype, slots=False)
             # a rate: 16 requests one at a time measure it as well as all of them would
             seq = bench_hf_sequential(model, prompts[:16], budgets[:16])
             bat = bench_hf_batched(model, prompts, budgets, c)
             vl = vllm_bench.run(model_dir, prompts, budgets, c) if vllm_bench else None
-            rows.append((c, eng, http.get(c), seq, bat, vl))
+            rows.append((c, eng, old, http.get(c), seq, bat, vl))
     print(
-        f"{'conc':>5} {'engine':>9} {'http':>9} {'hf_seq':>9} {'hf_batch':>9} {'vllm':>9} "
+        f"{'conc':>5} {'engine':>9} {'eng_eager':>9} {'http':>9} {'hf_seq':>9} {'hf_batch':>9} {'vllm':>9} "
         f"{'eng/hf_seq':>11} {'eng/hf_batch':>13}   (output tokens/s)"
     )
-    for c, eng, ht, seq, bat, vl in rows:
+    for c, eng, old, ht, seq, bat, vl in rows:
         fmt = lambda v: f"{v:9.0f}" if v is not None else f"{'-':>9}"  # noqa: E731
-        print(f"{c:>5} {fmt(eng)} {fmt(ht)} {fmt(seq)} {fmt(bat)} {fmt(vl)} {eng / seq:>10.2f}x {eng / bat:>12.2f}x")
+        print(
+            f"{c:>5} {fmt(eng)} {fmt(old)} {fmt(ht)} {fmt(seq)} {fmt(bat)} {fmt(vl)} "
+            f"{eng / seq:>10.2f}x {eng / bat:>12.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ Each loop turn does, in order:
    from which version.
 2. prefill the waiting requests that fit (``max_batch_size`` rows, ``max_prefill_tokens``
    padded prompt tokens per forward). A request with ``n`` completions is prefilled once
-   and its cache row repeated ``n`` times.
+   and its cache row repeated ``n`` times. On the slot path (a GPU) arrivals are gathered
+   for a few decode steps first, so one prefill forward serves several of them.
 3. one decode step for every running row, then finished rows leave the batch.
 
 So requests join and leave between decode steps and never wait for each other's end.
@@ -31,8 +32,15 @@ import torch
 from prl_inference_torch.hybrid_kv import HybridKV, cache_class
 from prl_inference_torch.kv import BatchKV
 from prl_inference_torch.sampling import RowSampling, prompt_logprobs, sample
+from prl_inference_torch.slots import SlotDecoder, supports_slots
 
 log = logging.getLogger(__name__)
+
+# Slot path (GPU): a decode step is one graph replay, a prefill an eager forward that costs
+# several decode steps, so arrivals are gathered: a prefill runs once the waiting rows reach
+# 1/PREFILL_GATHER of the running ones, or after PREFILL_HOLD decode steps of waiting.
+PREFILL_GATHER = 8
+PREFILL_HOLD = 8
 
 
 @dataclass
@@ -131,6 +139,8 @@ class Engine:
         max_prefill_tokens: int = 4096,
         seed: int = 0,
         lora: Any = None,
+        cuda_graphs: bool = True,
+        slots: bool | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -155,6 +165,14 @@ class Engine:
         self._rows: list[tuple[Request, Completion]] = []
         self._kv: BatchKV | HybridKV | None = None
         self._last: torch.Tensor | None = None
+        # On CUDA a dense model decodes over a slot pool with CUDA graphs (slots.py); the
+        # growing BatchKV stays the path on the CPU and for hybrid or MoE models. ``slots``
+        # forces the choice (the tests run the slot path on the CPU, eagerly).
+        if slots is None:
+            slots = self.device.type == "cuda" and supports_slots(model) and self._cache_cls is BatchKV
+        self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
+        self._slot_of: list[int] = []  # the slot of each running row (slot path)
+        self._held = 0  # decode steps the waiting requests were held for (slot path)
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="prl-engine", daemon=True)
 
@@ -212,7 +230,7 @@ class Engine:
                     break
                 admin = self._ready_admin()
                 blocked = self.paused or bool(self._admin)
-                new = [] if blocked else self._take_waiting()
+                new = [] if blocked or self._hold_prefill() else self._take_waiting()
                 decode = not self.paused and bool(self._rows)
             for item in admin:
                 self._run_admin(item)
@@ -244,6 +262,19 @@ class Engine:
             item.future.set_result(item.fn())
         except Exception as exc:
             item.future.set_exception(exc)
+
+    def _hold_prefill(self) -> bool:
+        """Whether to leave the waiting requests for a later turn (slot path only)."""
+        if self._dec is None or not self._rows or not self._waiting:
+            self._held = 0
+            return False
+        waiting = sum(r.params.n for r in self._waiting)
+        free = self.max_batch_size - len(self._rows)
+        if waiting * PREFILL_GATHER >= len(self._rows) or waiting >= free or self._held >= PREFILL_HOLD:
+            self._held = 0
+            return False
+        self._held += 1
+        return True
 
     def _take_waiting(self) -> list[Request]:
         taken, rows = [], len(self._rows)
@@ -302,7 +333,6 @@ class Engine:
             use_cache=True,
             logits_to_keep=0 if want_all else 1,
         )
-        kv = self._cache_cls.from_cache(out.past_key_values, mask, mask.sum(-1))
         for i, req in enumerate(chunk):
             req.version = self.version
             req.seed_rows(self.device)
@@ -312,12 +342,21 @@ class Engine:
                     valid, ids[i, longest - len(req.prompt_ids) :], req.params.prompt_logprobs or 0
                 )
         counts = torch.tensor([r.params.n for r in chunk], device=self.device)
-        kv = kv.repeat(counts)
         logits = out.logits[:, -1].repeat_interleave(counts, dim=0)
         rows = [(r, c) for r in chunk for c in r.completions]
+        if self._dec is not None:
+            pads = [longest - len(r.prompt_ids) for r in chunk]
+            lengths = [len(r.prompt_ids) for r in chunk]
+            slots = self._dec.admit(out.past_key_values, pads, lengths, [r.params.n for r in chunk])
         keep = self._sample_into(rows, logits)
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        new_kv = kv.select(index)
+        if self._dec is not None:
+            kept = set(keep)
+            self._dec.release([s for i, s in enumerate(slots) if i not in kept])
+            self._slot_of += [slots[i] for i in keep]
+            self._rows += [rows[i] for i in keep]
+            return
+        kv = self._cache_cls.from_cache(out.past_key_values, mask, mask.sum(-1)).repeat(counts)
+        new_kv = kv.select(torch.tensor(keep, dtype=torch.long, device=self.device))
         if new_kv is None:
             return
         self._rows += [rows[i] for i in keep]
@@ -327,8 +366,18 @@ class Engine:
         self._drop_cancelled()
         if not self._rows:
             return
-        kv = self._kv
         last = torch.tensor([c.token_ids[-1] for _, c in self._rows], device=self.device)
+        if self._dec is not None:
+            # the slot path's batch is in slot order: each slot gets its row's adapter
+            by_slot: list[str | None] = [None] * (max(self._slot_of) + 1)
+            for (req, _), slot in zip(self._rows, self._slot_of, strict=True):
+                by_slot[slot] = req.adapter
+            self._set_lora(by_slot)
+            eager = any(a is not None for a in by_slot)  # adapter hooks index rows: no graph
+            keep = self._sample_into(self._rows, self._dec.step(last, self._slot_of, eager))
+            self._keep_slots(keep)
+            return
+        kv = self._kv
         ones = torch.ones(kv.rows, 1, dtype=torch.bool, device=self.device)
         self._set_lora([r.adapter for r, _ in self._rows])
         cache = kv.as_cache()
@@ -344,6 +393,13 @@ class Engine:
         keep = self._sample_into(self._rows, out.logits[:, -1])
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._kv = kv.select(index)
+        self._rows = [self._rows[i] for i in keep]
+
+    def _keep_slots(self, keep: list[int]) -> None:
+        """Keep the running rows at ``keep`` (slot path) and free the others' slots."""
+        kept = set(keep)
+        self._dec.release([s for i, s in enumerate(self._slot_of) if i not in kept])
+        self._slot_of = [self._slot_of[i] for i in keep]
         self._rows = [self._rows[i] for i in keep]
 
     def _sample_into(self, rows: list[tuple[Request, Completion]], logits: torch.Tensor) -> list[int]:
@@ -414,6 +470,9 @@ class Engine:
             if req.cancelled and comp.finish_reason is None:
                 comp.finish_reason = "abort"
                 req.wake()
+        if self._dec is not None:
+            self._keep_slots(keep)
+            return
         self._kv = self._kv.select(torch.tensor(keep, dtype=torch.long, device=self.device))
         self._rows = [self._rows[i] for i in keep]
 
@@ -435,7 +494,9 @@ class Engine:
             if self._stop:
                 doomed.update({id(r): r for r in self._waiting})
                 self._waiting.clear()
-            self._rows, self._kv = [], None
+            if self._dec is not None:
+                self._dec.release(self._slot_of)
+            self._rows, self._kv, self._slot_of = [], None, []
         for req in doomed.values():
             req.error = message
             req.wake()
