@@ -81,6 +81,7 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
         response_version(body, choice),
         sampling_mask=choice.get("sampling_mask"),
         sampling_mask_logprobs=choice.get("sampling_mask_logprobs"),
+        routed_experts=choice.get("routed_experts"),
     )
 
 
