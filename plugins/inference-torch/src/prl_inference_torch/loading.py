@@ -77,6 +77,7 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         max_prefill_tokens=b.max_prefill_tokens,
         seed=cfg.seed,
         lora=lora,
+        record_routes=b.return_routed_experts,
     )
     engine.start()
     vocab = model.get_input_embeddings().weight.shape[0]
