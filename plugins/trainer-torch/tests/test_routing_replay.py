@@ -104,6 +104,7 @@ def test_replayed_weights_keep_the_routers_gradient(tiny_moe):
     policy = _policy(tiny_moe, checkpointing=True)  # the backward recomputes with the same routes
     own = _own_choice(policy, _raw(None))
     policy.route_replay = RouteReplay.of(policy.hf, "tiny-moe")
+    policy.train()  # checkpointing recomputes only in training
     out = forward_tokens(policy, to_micro_batch(_raw(_recorded((own + 3) % 8)), torch.device("cpu")))
     out.logp.sum().backward()
     grads = [r.weight.grad for r in routers(policy.hf)]

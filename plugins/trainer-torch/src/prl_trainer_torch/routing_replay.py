@@ -29,12 +29,16 @@ backward's recomputation of a checkpointed layer must route as its forward did.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 from torch import nn
 
 from prl.config.errors import ConfigError
 from prl_trainer_torch.moe_layers import routers
+
+log = logging.getLogger("prl.trainer")
 
 FIELD = "routed_experts"
 
@@ -81,6 +85,7 @@ class RouteReplay:
         found = routers(hf)
         if not found:
             raise ConfigError(f"model.routing_replay: {model} has no MoE router (a dense model routes nothing)")
+        log.info("routing replay: %d routers route sampled tokens with the experts inference recorded", len(found))
         return cls(found)
 
     def set(self, routes: tuple[torch.Tensor, torch.Tensor] | None) -> None:
@@ -125,9 +130,12 @@ class RouteReplay:
             torch.where(self.present, ids.to(chosen.dtype), chosen),
         )
 
+    @torch.no_grad()
     def _check_weights(self, module, logits, weights, chosen) -> None:
         """Once: the router's own weights must be what :func:`_weights` gives its own choice,
-        or replayed weights would not be the ones it would have used (one host sync)."""
+        or replayed weights would not be the ones it would have used (one host sync). No
+        gradient: a checkpointed layer's recomputation skips the check, and must save the
+        same tensors for the backward as its forward did."""
         own = _weights(module, logits, chosen.long()).to(weights.dtype)
         if not torch.allclose(own.float(), weights.float(), atol=1e-3, rtol=1e-3):
             raise ConfigError(
