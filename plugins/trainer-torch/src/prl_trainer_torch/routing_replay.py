@@ -137,7 +137,9 @@ class RouteReplay:
         gradient: a checkpointed layer's recomputation skips the check, and must save the
         same tensors for the backward as its forward did."""
         own = _weights(module, logits, chosen.long()).to(weights.dtype)
-        if not torch.allclose(own.float(), weights.float(), atol=1e-3, rtol=1e-3):
+        # bfloat16 weights near 0.5 are 2^-8 apart: a rounding step must pass, while another
+        # formula (no renormalisation: top-2 of 8 sums to well under 1) is far off
+        if not torch.allclose(own.float(), weights.float(), atol=1e-2, rtol=1e-2):
             raise ConfigError(
                 f"model.routing_replay: router {type(module).__name__} weighs its experts other than "
                 "by their softmax probability (renormalised when norm_topk_prob): replay cannot reproduce it"
