@@ -143,10 +143,10 @@ class ModelTrainConfig(TrainerModelConfig):
         return self
 
     def check_model(self, model_dir: str) -> None:
-        """freeze_moe_router = true, routing_replay and ep > 1 need a model with routed experts (and ep must
-        divide their number), [model.lora] target modules must not name an MoE model's
-        experts, [model.vlm] needs a registered vision-language model class (all read from
-        its config.json)."""
+        """freeze_moe_router = true, routing_replay and ep > 1 need a model with routed
+        experts (and ep must divide their number), [model.lora] target modules must not name
+        an MoE model's experts, [model.vlm] needs a registered vision-language model class
+        (all read from its config.json)."""
         if (
             self.freeze_moe_router is not True
             and not self.routing_replay
@@ -173,6 +173,7 @@ class ModelTrainConfig(TrainerModelConfig):
             check_vlm(self.vlm, self.name, Path(model_dir), config)
 
     def replays_routing(self) -> bool:
+        """``routing_replay``: prl rl checks that the inference backend returns the experts."""
         return self.routing_replay
 
     def data_parallel(self, world: int) -> tuple[int, int]:

@@ -113,7 +113,7 @@ class RLRun:
             self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
         )
         self.policy.routing = RoutingStats.of(self.hf, self.dist.device)
-        if mcfg.routing_replay:  # after the stats: its hooks go first, so they count the replayed choice
+        if mcfg.routing_replay:  # its hooks run before the stats' (prepended): they count the experts used
             self.policy.route_replay = RouteReplay.of(self.hf, mcfg.name)
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
