@@ -104,6 +104,9 @@ TESTS = [
     "plugins/weights-filesystem/tests",
     "plugins/weights-nccl/tests",
 ]
+# Repository folders the tests read besides their own (test_moe_lora's dry runs load an
+# example config): copied into the stage beside the tests.
+DATA = ["examples"]
 # The fast tier only: each mutant reruns the tests that reach its function. The compiled
 # kernel test is left out: torch.compile starts cold in every forked mutant (8 s each, for
 # 270 mutants), and the eager tests check the same kernels' maths.
@@ -153,9 +156,11 @@ def stage(selected: list[str]) -> None:
             shutil.copytree(ROOT / test, target, ignore=ignore)
         else:
             shutil.copy2(ROOT / test, target)
+    for folder in DATA:
+        shutil.copytree(ROOT / folder, STAGE / folder, ignore=ignore)
     workspace = tomllib.loads((ROOT / "pyproject.toml").read_text())
     markers = workspace["tool"]["pytest"]["ini_options"]["markers"]
-    top_dirs = sorted({t.split("/")[0] for t in TESTS})
+    top_dirs = sorted({t.split("/")[0] for t in TESTS} | set(DATA))
     selection = [t for t in TESTS if not t.endswith("conftest.py")]
     (STAGE / "pyproject.toml").write_text(
         "[tool.mutmut]\n"

@@ -8,7 +8,9 @@ Wire format (what every backend serves; ``prl.testing.inference_contract`` check
 * ``POST /inference/v1/generate`` ``{"token_ids", "sampling_params": {temperature, top_p,
   top_k, max_tokens, stop, seed, n, logprobs, prompt_logprobs}, "model"?}`` answers
   ``{"choices": [{"token_ids", "logprobs": {"content": [{"token_id", "logprob"}]},
-  "finish_reason", "weight_versions"?}], "prompt_logprobs"?, "version"?}``. The policy
+  "finish_reason", "weight_versions"?, "sampling_mask"?, "sampling_mask_logprobs"?,
+  "routed_experts"?}], "prompt_logprobs"?, "version"?}`` (``routed_experts``: per
+  completion token its MoE experts, layers x top_k ids flat; routing replay). The policy
   version is the top-level ``version`` when present, otherwise the first span of the
   choice's ``weight_versions`` (the version that sampled its first token).
 * Prefill scoring is the same route with ``max_tokens 1`` and ``prompt_logprobs 0``:
@@ -81,6 +83,7 @@ def choice_generation(body: dict[str, Any], choice: dict[str, Any]) -> Generatio
         response_version(body, choice),
         sampling_mask=choice.get("sampling_mask"),
         sampling_mask_logprobs=choice.get("sampling_mask_logprobs"),
+        routed_experts=choice.get("routed_experts"),
     )
 
 

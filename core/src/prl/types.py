@@ -35,6 +35,10 @@ class Generation:
     sampling_mask: list[list[int]] | None = None
     # Per sampled token, the untruncated sampling logprobs of those ids (same shape).
     sampling_mask_logprobs: list[list[float]] | None = None
+    # Routing replay: per sampled token, the experts the sampler's MoE routers chose at the
+    # position that predicted it, flattened layer by layer (layers x top_k ids); None when
+    # the server did not return them.
+    routed_experts: list[list[int]] | None = None
 
 
 @dataclass
@@ -60,6 +64,9 @@ class Branch:
     # did not truncate); None when no token of the branch was truncated.
     sampling_mask: list[list[int]] | None = None
     sampling_mask_logprobs: list[list[float]] | None = None
+    # Routing replay, aligned with token_ids (see Generation; [] where a token was not
+    # sampled); None when no generation of the branch returned routed experts.
+    routed_experts: list[list[int]] | None = None
 
 
 @dataclass
@@ -104,3 +111,4 @@ class TrainingSample:
     ref_logprobs: list[float] | None = None
     sampling_mask: list[list[int]] | None = None  # sampling replay (see Branch)
     sampling_mask_logprobs: list[list[float]] | None = None
+    routed_experts: list[list[int]] | None = None  # routing replay (see Branch)

@@ -97,6 +97,12 @@ class TrainerModelConfig(PolicyModelConfig):
         ValueError as ``<field>: why`` (the field under this section). The base checks
         nothing."""
 
+    def replays_routing(self) -> bool:
+        """True when the trainer routes an MoE model's tokens with the experts the
+        inference server recorded (routing replay): the run's inference backend must return
+        them (``InferenceBackendConfig.returns_routed_experts``). The base never does."""
+        return False
+
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when this layout
         cannot use that many. The base replicates the model on every rank."""

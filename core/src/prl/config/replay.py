@@ -1,4 +1,4 @@
-"""Config-time checks for sampling replay (``prl rl``).
+"""Config-time checks for sampling replay and routing replay (``prl rl``).
 
 A loss that reads the sampling-mask logprobs (IPO's ``score_centering``) needs, for every
 rl token, the ids the sampler kept and their logprobs. Those exist only when the inference
@@ -7,6 +7,10 @@ sampling truncates (``top_p < 1`` or ``top_k`` set): score centering is defined 
 sampling mask and requires truncated sampling (``docs/offload-and-replay.md``). A config
 that cannot deliver the masks is refused here, naming the fields, instead of failing at
 the trainer's first step.
+
+Routing replay (an MoE trainer routing with the experts the sampler chose,
+``docs/moe.md``) likewise needs a backend that returns them; see
+:func:`check_routing_replay`.
 """
 
 from __future__ import annotations
@@ -63,3 +67,27 @@ def _policy_sampling(train: Any) -> list[tuple[str, dict]]:
         where = f"source '{source.name}' sampling" if overrides else "orchestrator.train.sampling"
         out.append((where, {**group, **own}))
     return out
+
+
+def check_routing_replay(cfg: Any) -> None:
+    """Routing replay (``trainer.model`` asks for it, :meth:`TrainerModelConfig.replays_routing`)
+    needs the experts the sampler routed each token to: only a managed ``[inference]``
+    backend that can return them (``InferenceBackendConfig.returns_routed_experts``)
+    guarantees them, and it is told to (its ``return_routed_experts``). Anything else is
+    refused as one line naming the fields."""
+    if not cfg.trainer.model.replays_routing():
+        return
+    what = "trainer.model.routing_replay = true needs the experts inference routed each sampled token to"
+    off = "or set trainer.model.routing_replay = false"
+    if cfg.inference is None:
+        raise ConfigError(
+            f"{what}, which only a managed [inference] backend that returns them guarantees "
+            f"(inference is none: an external server): use [inference] with backend type 'torch' {off}"
+        )
+    backend = cfg.inference.backend
+    if not getattr(type(backend), "returns_routed_experts", False):
+        raise ConfigError(
+            f"{what} (routed_experts), which inference.backend.type '{backend.type}' cannot return: "
+            f"use inference.backend.type = 'torch' {off}"
+        )
+    backend.return_routed_experts = True

@@ -21,7 +21,7 @@ from prl.config.errors import ConfigError
 from prl.config.launcher_sections import launcher_section, pick_launcher
 from prl.config.monitors import MonitorsSection, check_run_wide
 from prl.config.propagate import fill_shared, record_inherited, release_inherited
-from prl.config.replay import check_sampling_replay
+from prl.config.replay import check_routing_replay, check_sampling_replay
 from prl.config.sections import (
     CkptConfig,
     ClientConfig,
@@ -171,6 +171,7 @@ class RLConfig(CommonRunFields):
             )
         _check_lora(self)
         check_sampling_replay(self)
+        check_routing_replay(self)
         return self
 
 

@@ -23,6 +23,14 @@ class InferenceBackendConfig(PluginConfigBase):
     ``sampling_mask_logprobs``); a loss that reads them is refused at config time with a
     backend that does not."""
 
+    returns_routed_experts: ClassVar[bool] = False
+    """True when the backend can return, per completion token of an MoE model, the experts
+    its routers chose (``routed_experts``: layers x top_k ids, flat, from the forward that
+    predicted the token). Such a backend has a bool field ``return_routed_experts``, which
+    ``prl rl`` turns on when the trainer replays the routing
+    (``TrainerModelConfig.replays_routing``); routing replay with a backend that cannot is
+    refused at config time."""
+
     has_section: ClassVar[bool] = False
     """True when the backend also reads ``[inference.<type>]``: its engine's own argument
     names, as the reference spells them (``[inference.vllm] max_num_seqs = 256``)."""

@@ -16,8 +16,9 @@ A micro-batch is a flat concatenation of its documents: token-aligned lists (``i
 ``position_ids`` restarting at 0 for each document, ``loss_mask``, ``advantages``,
 ``inference_logprobs``, ``temperatures``, ``rl_weights``, ``ce_weights``,
 ``ref_kl_weights``, optional ``ref_logprobs``, optional ``sampling_mask`` /
-``sampling_mask_logprobs``: per token a list, empty where sampling did not truncate) and
-per-document lists (``seq_lens``,
+``sampling_mask_logprobs``: per token a list, empty where sampling did not truncate,
+optional ``routed_experts``: per token its layers x top_k expert ids, flat, empty where
+none were recorded) and per-document lists (``seq_lens``,
 ``env_names``, ``trace_ids``, ``branch_indices``).
 """
 
@@ -80,6 +81,10 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     with_masks = any(s.sampling_mask is not None for s in samples)
     if with_masks:
         mb["sampling_mask"], mb["sampling_mask_logprobs"] = [], []
+    # routing replay: one flat expert-id list per token ([] where none was recorded)
+    with_routes = any(s.routed_experts is not None for s in samples)
+    if with_routes:
+        mb["routed_experts"] = []
     for s in samples:
         n = len(s.input_ids)
         mb["input_ids"] += s.input_ids
@@ -97,6 +102,8 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
             mb["sampling_mask"] += s.sampling_mask if s.sampling_mask is not None else [[]] * n
             lps = s.sampling_mask_logprobs
             mb["sampling_mask_logprobs"] += lps if lps is not None else [[]] * n
+        if with_routes:
+            mb["routed_experts"] += s.routed_experts if s.routed_experts is not None else [[]] * n
         mb["seq_lens"].append(n)
         mb["env_names"].append(s.env_name)
         mb["trace_ids"].append(s.trace_id)

@@ -21,7 +21,7 @@ from prl.types import Branch, Trace, TrainingSample
 
 ALIGNED = (
     "sampled_mask", "logprobs", "advantages", "rl_weights", "ce_weights", "ref_kl_weights", "ref_logprobs",
-    "sampling_mask", "sampling_mask_logprobs",
+    "sampling_mask", "sampling_mask_logprobs", "routed_experts",
 )  # fmt: skip
 SAMPLE_LISTS = (
     "input_ids", "loss_mask", "advantages", "inference_logprobs", "rl_weights", "ce_weights", "ref_kl_weights",
@@ -83,13 +83,14 @@ def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage
         ref_logprobs=branch.ref_logprobs,
         sampling_mask=branch.sampling_mask,
         sampling_mask_logprobs=branch.sampling_mask_logprobs,
+        routed_experts=branch.routed_experts,
     )
 
 
 def _truncate(sample: TrainingSample, seq_len: int) -> None:
     for name in SAMPLE_LISTS:
         setattr(sample, name, getattr(sample, name)[:seq_len])
-    for name in ("ref_logprobs", "sampling_mask", "sampling_mask_logprobs"):
+    for name in ("ref_logprobs", "sampling_mask", "sampling_mask_logprobs", "routed_experts"):
         if getattr(sample, name) is not None:
             setattr(sample, name, getattr(sample, name)[:seq_len])
 

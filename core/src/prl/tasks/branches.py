@@ -48,6 +48,7 @@ def add_sampled(branch: Branch, generation: Generation, role: str = "assistant")
     if branch.roles is not None:
         branch.roles.extend([role] * len(ids))
     _add_masks(branch, len(ids), generation.sampling_mask, generation.sampling_mask_logprobs)
+    _add_routes(branch, len(ids), generation.routed_experts)
 
 
 def add_observation(branch: Branch, token_ids: Sequence[int], role: str = "user") -> None:
@@ -58,6 +59,7 @@ def add_observation(branch: Branch, token_ids: Sequence[int], role: str = "user"
     if branch.roles is not None:
         branch.roles.extend([role] * len(token_ids))
     _add_masks(branch, len(token_ids), None, None)
+    _add_routes(branch, len(token_ids), None)
 
 
 def _add_masks(branch: Branch, n: int, masks, mask_logprobs) -> None:
@@ -74,6 +76,17 @@ def _add_masks(branch: Branch, n: int, masks, mask_logprobs) -> None:
     branch.sampling_mask.extend(list(m) for m in (masks or [[] for _ in range(n)]))
     values = mask_logprobs if masks and mask_logprobs is not None else [[] for _ in range(n)]
     branch.sampling_mask_logprobs.extend(list(v) for v in values)
+
+
+def _add_routes(branch: Branch, n: int, routes) -> None:
+    """Keep the routing-replay list aligned, as :func:`_add_masks` does the masks."""
+    if routes and branch.routed_experts is None:
+        branch.routed_experts = [[] for _ in range(len(branch.token_ids) - n)]
+    if branch.routed_experts is None:
+        return
+    if routes is not None and len(routes) != n:
+        raise ValueError(f"generate returned {n} tokens but {len(routes)} routed_experts entries")
+    branch.routed_experts.extend(list(r) for r in (routes or [[] for _ in range(n)]))
 
 
 def copy_branch(
@@ -110,6 +123,8 @@ def check_branch(branch: Branch) -> None:
         lengths["roles"] = len(branch.roles)
     if branch.sampling_mask is not None:
         lengths["sampling_mask"] = len(branch.sampling_mask)
+    if branch.routed_experts is not None:
+        lengths["routed_experts"] = len(branch.routed_experts)
     wrong = {k: v for k, v in lengths.items() if v != n}
     if wrong:
         detail = ", ".join(f"{k} has {v}" for k, v in wrong.items())

@@ -28,6 +28,7 @@ class TorchInferenceConfig(InferenceBackendConfig):
     """Embedded inference on transformers with continuous batching (CPU or CUDA)."""
 
     returns_sampling_masks: ClassVar[bool] = True
+    returns_routed_experts: ClassVar[bool] = True
 
     type: Literal["torch"] = "torch"
     """Selects this backend."""
@@ -52,6 +53,10 @@ class TorchInferenceConfig(InferenceBackendConfig):
     """top_k injected into /inference/v1/generate requests that truncate with top_p alone, so
     each token's sampling mask (shipped to the trainer) holds at most this many ids; None
     injects none (a flat distribution then keeps most of the vocabulary per token)."""
+    return_routed_experts: bool = False
+    """Record, for an MoE model, the experts each completion token was routed to and return
+    them with every completion of /inference/v1/generate (``routed_experts``); prl rl turns
+    it on when trainer.model.routing_replay is set (docs/moe.md)."""
 
 
 class TorchBackend(InferenceBackend):

@@ -31,6 +31,7 @@ import torch
 
 from prl_inference_torch.hybrid_kv import HybridKV, cache_class
 from prl_inference_torch.kv import BatchKV
+from prl_inference_torch.routes import RouteRecorder
 from prl_inference_torch.sampling import RowSampling, prompt_logprobs, sample
 from prl_inference_torch.slots import SlotDecoder, supports_slots
 
@@ -75,6 +76,8 @@ class Completion:
     versions: list[list[int]] = field(default_factory=list)  # [version, start, end)
     sampling_mask: list[list[int]] = field(default_factory=list)  # ids top-k/top-p left, per token
     sampling_mask_logprobs: list[list[float]] = field(default_factory=list)  # their untruncated logprobs
+    # per token, the experts (layers x top_k, flat) its prediction was routed to (routes.py)
+    routed_experts: list[list[int]] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
@@ -141,6 +144,7 @@ class Engine:
         lora: Any = None,
         cuda_graphs: bool = True,
         slots: bool | None = None,
+        record_routes: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -153,6 +157,8 @@ class Engine:
         # The running batch's cache: attention keys/values, plus linear-attention state for a
         # hybrid model (Qwen3.5); a layer kind neither handles is refused here, at load.
         self._cache_cls = cache_class(model.config)
+        # return_routed_experts: the routers' choices of every forward (routing replay)
+        self.routes = RouteRecorder(model) if record_routes else None
         self.version = 0
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.paused = False
@@ -170,6 +176,8 @@ class Engine:
         # forces the choice (the tests run the slot path on the CPU, eagerly).
         if slots is None:
             slots = self.device.type == "cuda" and supports_slots(model) and self._cache_cls is BatchKV
+        if record_routes:
+            slots = False  # routes are recorded in batch-row order, the slot path's is slot order
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
         self._slot_of: list[int] = []  # the slot of each running row (slot path)
         self._held = 0  # decode steps the waiting requests were held for (slot path)
@@ -343,12 +351,13 @@ class Engine:
                 )
         counts = torch.tensor([r.params.n for r in chunk], device=self.device)
         logits = out.logits[:, -1].repeat_interleave(counts, dim=0)
+        routed = self.routes.last_positions(len(chunk)).repeat_interleave(counts, 0) if self.routes else None
         rows = [(r, c) for r in chunk for c in r.completions]
         if self._dec is not None:
             pads = [longest - len(r.prompt_ids) for r in chunk]
             lengths = [len(r.prompt_ids) for r in chunk]
             slots = self._dec.admit(out.past_key_values, pads, lengths, [r.params.n for r in chunk])
-        keep = self._sample_into(rows, logits)
+        keep = self._sample_into(rows, logits, routed)
         if self._dec is not None:
             kept = set(keep)
             self._dec.release([s for i, s in enumerate(slots) if i not in kept])
@@ -390,7 +399,8 @@ class Engine:
             logits_to_keep=1,
         )
         kv = kv.after_step()
-        keep = self._sample_into(self._rows, out.logits[:, -1])
+        routed = self.routes.last_positions(len(self._rows)) if self.routes else None
+        keep = self._sample_into(self._rows, out.logits[:, -1], routed)
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self._kv = kv.select(index)
         self._rows = [self._rows[i] for i in keep]
@@ -402,16 +412,22 @@ class Engine:
         self._slot_of = [self._slot_of[i] for i in keep]
         self._rows = [self._rows[i] for i in keep]
 
-    def _sample_into(self, rows: list[tuple[Request, Completion]], logits: torch.Tensor) -> list[int]:
-        """Sample a token for each row, record it, and return the indices of rows still running."""
+    def _sample_into(
+        self, rows: list[tuple[Request, Completion]], logits: torch.Tensor, routed: torch.Tensor | None = None
+    ) -> list[int]:
+        """Sample a token for each row, record it (with ``routed``, [rows, layers, top_k], the
+        experts of the forward that predicted it), and return the indices of rows still running."""
         top_n = max((r.params.logprobs or 0) for r, _ in rows)
         s = sample(logits, [c.sampling for _, c in rows], self.generator, top_n)
         tokens, lps, ranks = s.tokens.tolist(), s.logprobs.tolist(), s.ranks.tolist()
         top_ids = s.top_ids.tolist() if s.top_ids is not None else None
         top_lps = s.top_logprobs.tolist() if s.top_logprobs is not None else None
+        flat = routed.reshape(len(rows), -1).tolist() if routed is not None else None
         keep, touched = [], {}
         for i, (req, comp) in enumerate(rows):
             comp.token_ids.append(tokens[i])
+            if flat is not None:
+                comp.routed_experts.append(flat[i])
             comp.logprobs.append(lps[i])
             comp.ranks.append(ranks[i])
             if s.kept is not None and s.kept[i] is not None:

@@ -78,6 +78,7 @@ def load_state(cfg: Any, api_key: str | None) -> ServerState:
         seed=cfg.seed,
         lora=lora,
         cuda_graphs=b.cuda_graphs,
+        record_routes=b.return_routed_experts,
     )
     engine.start()
     vocab = model.get_input_embeddings().weight.shape[0]

@@ -113,6 +113,7 @@ def generate_body(req: Request, request_id: str, model: str) -> dict[str, Any]:
                 "weight_versions": weight_versions(comp),
                 "sampling_mask": comp.sampling_mask or None,
                 "sampling_mask_logprobs": comp.sampling_mask_logprobs or None,
+                "routed_experts": comp.routed_experts or None,
             }
         )
     prompt_lp = None

@@ -125,6 +125,12 @@ class ModelTrainConfig(TrainerModelConfig):
     """Freeze the router (gate) weights of an MoE model: no gradient, not in the optimizer.
     auto: frozen in RL (a router update moves the trainer's expert choices away from those
     inference sampled with), trained in SFT. true on a dense model is an error."""
+    routing_replay: bool = False
+    """prl rl on an MoE model: route each sampled token's prediction to the experts the
+    inference server's routers chose for it (the router still computes its logits and
+    weights) instead of the trainer's own top k, so trainer and sampler use the same experts
+    (docs/moe.md, routing replay). Needs an [inference] backend that returns routed experts
+    (torch); true on a dense model is an error."""
 
     @model_validator(mode="after")
     def _parallel(self) -> ModelTrainConfig:
@@ -137,11 +143,17 @@ class ModelTrainConfig(TrainerModelConfig):
         return self
 
     def check_model(self, model_dir: str) -> None:
-        """freeze_moe_router = true and ep > 1 need a model with routed experts (and ep must
-        divide their number), [model.lora] target modules must not name an MoE model's
-        experts, [model.vlm] needs a registered vision-language model class (all read from
-        its config.json)."""
-        if self.freeze_moe_router is not True and self.ep == 1 and self.vlm is None and self.lora is None:
+        """freeze_moe_router = true, routing_replay and ep > 1 need a model with routed
+        experts (and ep must divide their number), [model.lora] target modules must not name
+        an MoE model's experts, [model.vlm] needs a registered vision-language model class
+        (all read from its config.json)."""
+        if (
+            self.freeze_moe_router is not True
+            and not self.routing_replay
+            and self.ep == 1
+            and self.vlm is None
+            and self.lora is None
+        ):
             return
         path = Path(model_dir) / "config.json"
         try:
@@ -151,12 +163,18 @@ class ModelTrainConfig(TrainerModelConfig):
         experts = config_experts(config)
         if experts == 0 and self.freeze_moe_router is True:
             raise ValueError(f"freeze_moe_router: {self.name} has no MoE router (its config.json names no experts)")
+        if experts == 0 and self.routing_replay:
+            raise ValueError(f"routing_replay: {self.name} is a dense model (its config.json names no experts)")
         if self.ep > 1:
             check_ep(self.ep, experts, self.name)
         if self.lora is not None:
             check_lora_experts(self.lora.target_modules, experts, self.name)
         if self.vlm is not None:
             check_vlm(self.vlm, self.name, Path(model_dir), config)
+
+    def replays_routing(self) -> bool:
+        """``routing_replay``: prl rl checks that the inference backend returns the experts."""
+        return self.routing_replay
 
     def data_parallel(self, world: int) -> tuple[int, int]:
         """(replicas, shards per replica) for ``world`` ranks; ValueError when they do not

@@ -94,6 +94,9 @@ class PolicyModel(nn.Module):
         # An MoE model's routing counts (prl_trainer_torch.moe.RoutingStats), set by the run:
         # recorded during training forward passes only.
         self.routing = None
+        # model.routing_replay: routes with the sampler's recorded experts
+        # (prl_trainer_torch.routing_replay.RouteReplay), set by the RL run.
+        self.route_replay = None
 
     def forward(
         self,

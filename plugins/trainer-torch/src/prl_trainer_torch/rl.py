@@ -56,6 +56,7 @@ from prl_trainer_torch.model import (
 from prl_trainer_torch.moe import RoutingStats, setup_moe
 from prl_trainer_torch.optim import build_optimizer, build_scheduler, optimizer_step
 from prl_trainer_torch.rl_step import reduce_stats, run_micro_batches, to_micro_batch
+from prl_trainer_torch.routing_replay import RouteReplay
 from prl_trainer_torch.token_export import TokenExporter
 
 if TYPE_CHECKING:  # annotations only
@@ -112,6 +113,8 @@ class RLRun:
             self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
         )
         self.policy.routing = RoutingStats.of(self.hf, self.dist.device)
+        if mcfg.routing_replay:  # its hooks run before the stats' (prepended): they count the experts used
+            self.policy.route_replay = RouteReplay.of(self.hf, mcfg.name)
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, RL_WEIGHT_DECAY, config.model, self.dist.device

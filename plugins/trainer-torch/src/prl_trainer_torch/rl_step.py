@@ -54,6 +54,7 @@ from prl.contracts.loss import Loss, LossInputs
 from prl_trainer_torch.attention import host_document_bounds
 from prl_trainer_torch.replay import pad_masks
 from prl_trainer_torch.rl_host import HostFacts, host_facts, replay_rows
+from prl_trainer_torch.routing_replay import replay_routes, routes_of
 
 WEIGHTS = ("rl_weights", "ce_weights", "ref_kl_weights")
 FLOAT_FIELDS = ("advantages", "inference_logprobs", "temperatures", *WEIGHTS)
@@ -90,6 +91,8 @@ class MicroBatch:
     mask_rows: torch.Tensor | None = None  # positions whose prediction has a mask (rl_host.replay_rows)
     # documents' cumulative lengths and the longest, found on the host (attention.host_document_bounds)
     bounds: tuple[torch.Tensor, int] | None = None
+    # routing replay: recorded expert ids per prediction position and which have one (routing_replay.routes_of)
+    routes: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -136,6 +139,7 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         trace_ids=raw.get("trace_ids"),
         branch_indices=raw.get("branch_indices"),
         bounds=host_document_bounds(positions, device),
+        routes=routes_of(raw, device),
         **masks,
         **fields,
     )
@@ -213,6 +217,7 @@ def forward_tokens(policy, mb: MicroBatch) -> TokenOut:
         extra["replay"] = (ids, valid) if mb.mask_rows is None else (ids, valid, mb.mask_rows)
     if mb.bounds is not None:
         extra["bounds"] = mb.bounds
+    replay_routes(policy, mb.routes)  # kept until the next micro-batch: the backward may recompute
     outs = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True, **extra)
     keep = mb.position_ids != 0
     logp, ent = (_shift(t[0], keep) for t in outs[:2])
