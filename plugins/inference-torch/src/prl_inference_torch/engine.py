@@ -24,15 +24,16 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from prl_inference_torch.hybrid_kv import HybridKV, cache_class
 from prl_inference_torch.kv import BatchKV
+from prl_inference_torch.request import Completion, GenParams, Request  # noqa: F401 (GenParams: re-exported)
 from prl_inference_torch.routes import RouteRecorder
-from prl_inference_torch.sampling import RowSampling, prompt_logprobs, sample
+from prl_inference_torch.sampling import prompt_logprobs, sample
 from prl_inference_torch.slots import SlotDecoder, supports_slots
 
 log = logging.getLogger(__name__)
@@ -42,83 +43,6 @@ log = logging.getLogger(__name__)
 # 1/PREFILL_GATHER of the running ones, or after PREFILL_HOLD decode steps of waiting.
 PREFILL_GATHER = 8
 PREFILL_HOLD = 8
-
-
-@dataclass
-class GenParams:
-    """Sampling parameters of one request, validated by the HTTP layer."""
-
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    n: int = 1
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    sampling_mask: bool = True  # record each truncated token's kept ids
-    mask_cap: int = 0  # keep at most this many ids of the top_p nucleus (0: no cap)
-
-
-@dataclass
-class Completion:
-    """One of the ``n`` completions of a request, filled in by the engine thread."""
-
-    index: int
-    sampling: RowSampling
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    ranks: list[int] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    versions: list[list[int]] = field(default_factory=list)  # [version, start, end)
-    sampling_mask: list[list[int]] = field(default_factory=list)  # ids top-k/top-p left, per token
-    sampling_mask_logprobs: list[list[float]] = field(default_factory=list)  # their untruncated logprobs
-    # per token, the experts (layers x top_k, flat) its prediction was routed to (routes.py)
-    routed_experts: list[list[int]] = field(default_factory=list)
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-
-
-class Request:
-    """A submitted prompt; ``wake`` is called (from the engine thread) after every change."""
-
-    def __init__(
-        self,
-        prompt_ids: list[int],
-        params: GenParams,
-        adapter: str | None = None,
-        wake: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.prompt_ids = prompt_ids
-        self.params = params
-        self.adapter = adapter
-        self.wake = wake
-        self.cancelled = False
-        self.error: str | None = None
-        self.prompt_logprobs: list[dict[int, tuple[float, int]] | None] | None = None
-        self.version: int | None = None
-        self.completions = [
-            Completion(
-                i,
-                RowSampling(
-                    params.temperature, params.top_p, params.top_k, None, params.sampling_mask, params.mask_cap
-                ),
-            )
-            for i in range(params.n)
-        ]
-
-    def seed_rows(self, device: torch.device) -> None:
-        """Give each completion of a seeded request its own generator (seed + index) on ``device``."""
-        if self.params.seed is not None:
-            for comp in self.completions:
-                comp.sampling.generator = torch.Generator(device=device).manual_seed(self.params.seed + comp.index)
-
-    @property
-    def done(self) -> bool:
-        return self.error is not None or all(c.finish_reason for c in self.completions)
 
 
 @dataclass
