@@ -51,7 +51,7 @@ def test_a_dense_model_is_refused(tmp_path):
 def test_vllm_backend_is_refused_naming_the_fields(tmp_path, tiny_moe):
     pytest.importorskip("prl_inference_vllm")
     result = _rl(tmp_path, *REPLAY, "--inference.backend.type", "vllm", model=tiny_moe)
-    _refused(result, "trainer.model.routing_replay", "routed_experts", "inference.backend.type 'vllm' cannot return")
+    _refused(result, "trainer.model.routing_replay", "routed_experts", "inference.backend.type 'vllm' does not return")
 
 
 def test_external_server_is_refused(tmp_path, tiny_moe):

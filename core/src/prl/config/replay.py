@@ -28,20 +28,7 @@ def check_sampling_replay(cfg: Any) -> None:
         return
     what = f"trainer.loss.{field} = true needs sampling masks"
     off = f"or set trainer.loss.{field} = false"
-    if cfg.inference is None:
-        # An external server's backend is unknown here; a vLLM one returns no masks and the
-        # trainer would stop at step 1. The manual layout (prl trainer / orchestrator /
-        # inference started by hand) remains for an external torch server.
-        raise ConfigError(
-            f"{what}, which only a managed [inference] backend that returns them guarantees "
-            f"(inference is none: an external server): use [inference] with backend type 'torch' {off}"
-        )
-    backend = cfg.inference.backend
-    if not getattr(type(backend), "returns_sampling_masks", False):
-        raise ConfigError(
-            f"{what}, which inference.backend.type '{backend.type}' does not return: "
-            f"use inference.backend.type = 'torch' {off}"
-        )
+    _managed_backend_returns(cfg, "returns_sampling_masks", what, "", off)
     train = cfg.orchestrator.train
     for where, sampling in _policy_sampling(train):
         if sampling["top_p"] >= 1.0 and sampling["top_k"] is None:
@@ -79,15 +66,23 @@ def check_routing_replay(cfg: Any) -> None:
         return
     what = "trainer.model.routing_replay = true needs the experts inference routed each sampled token to"
     off = "or set trainer.model.routing_replay = false"
+    _managed_backend_returns(cfg, "returns_routed_experts", what, " (routed_experts)", off)
+    cfg.inference.backend.return_routed_experts = True
+
+
+def _managed_backend_returns(cfg: Any, flag: str, what: str, field: str, off: str) -> None:
+    """Refuse, in one line, a run whose inference cannot be relied on to return what ``what``
+    needs: an external server (``inference`` none: its backend is unknown here, and a vLLM one
+    would leave the trainer stuck at step 1; starting the parts by hand remains for an
+    external torch server), or a backend whose class does not declare ``flag``."""
     if cfg.inference is None:
         raise ConfigError(
             f"{what}, which only a managed [inference] backend that returns them guarantees "
             f"(inference is none: an external server): use [inference] with backend type 'torch' {off}"
         )
     backend = cfg.inference.backend
-    if not getattr(type(backend), "returns_routed_experts", False):
+    if not getattr(type(backend), flag, False):
         raise ConfigError(
-            f"{what} (routed_experts), which inference.backend.type '{backend.type}' cannot return: "
+            f"{what}{field}, which inference.backend.type '{backend.type}' does not return: "
             f"use inference.backend.type = 'torch' {off}"
         )
-    backend.return_routed_experts = True
