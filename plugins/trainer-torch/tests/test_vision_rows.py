@@ -71,6 +71,14 @@ def test_a_broken_image_skips_the_row_and_counts_it(vl_model, url):
     assert "row 3: image" in rr.skipped.summary() and "\n" not in rr.skipped.summary()
 
 
+def test_an_image_past_the_pixel_limit_is_skipped(vl_model, monkeypatch):
+    renderer = get_registry().get("renderers", "qwen3").Config()
+    rr = VisionRowRenderer(SFTDataConfig(name="unused"), renderer, str(vl_model), VLMConfig())
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 64x64 is past twice this: a "bomb"
+    assert rr.sample(_row(_url(_shape("red"))), 5, 512) is None
+    assert rr.skipped.unreadable == 1 and "row 5: image" in rr.skipped.summary()
+
+
 def test_image_tokens_past_seq_len_skip_the_row(rows):
     before = rows.skipped.too_long
     assert rows.sample(_row(_url(_shape("red"))), 7, 8) is None

@@ -58,7 +58,8 @@ def load_image(ref: Any, base_dir: Path | None = None):
             return img.convert("RGB")
     except ImageError:
         raise
-    except (OSError, UnidentifiedImageError, binascii.Error, ValueError) as exc:
+    # A decompression bomb (far past PIL's pixel limit) is a bad image like any other.
+    except (OSError, UnidentifiedImageError, binascii.Error, ValueError, Image.DecompressionBombError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ImageError(f"image {_describe(ref)}: cannot be read ({why})") from None
 
