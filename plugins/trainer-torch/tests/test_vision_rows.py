@@ -109,3 +109,13 @@ def test_the_pixels_reach_the_loss(rows, vl_model):
         return float(nll[torch.tensor(s.mask)].mean())
 
     assert abs(loss("red") - loss("blue")) > 1e-5
+
+
+@pytest.mark.parametrize("renderer", ["default", "auto", "qwen3"])
+def test_every_renderer_gives_the_same_image_sample(vl_model, rows, renderer):
+    cfg = get_registry().get("renderers", renderer).Config()
+    rr = VisionRowRenderer(SFTDataConfig(name="unused"), cfg, str(vl_model), VLMConfig())
+    row = _row(_url(_shape("red")))
+    got, want = rr.sample(row, 0, 512), rows.sample(row, 0, 512)
+    assert (got.inputs, got.targets, got.mask) == (want.inputs, want.targets, want.mask)
+    assert sum(t == rr.image_token_id for t in got.inputs) == 16
