@@ -42,7 +42,8 @@ class TorchInferenceConfig(InferenceBackendConfig):
     """Most (padded) prompt tokens in one prefill forward; longer prompts run alone."""
     cuda_graphs: bool = True
     """On cuda, decode dense models over a preallocated slot cache replayed as CUDA graphs
-    (one graph per batch-size and length bucket, captured on first use); false decodes eagerly."""
+    (one graph per batch-size and length bucket, captured on first use); false decodes
+    eagerly over a cache that grows with the batch, as on the CPU."""
     attn_implementation: str = "prl_sdpa"
     """transformers attention implementation; prl_sdpa is SDPA without copying grouped K/V heads."""
     num_threads: Annotated[int, Field(ge=1)] | None = None

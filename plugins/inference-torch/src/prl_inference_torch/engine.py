@@ -99,7 +99,7 @@ class Engine:
         # growing BatchKV stays the path on the CPU and for hybrid or MoE models. ``slots``
         # forces the choice (the tests run the slot path on the CPU, eagerly).
         if slots is None:
-            slots = self.device.type == "cuda" and supports_slots(model) and self._cache_cls is BatchKV
+            slots = cuda_graphs and self.device.type == "cuda" and supports_slots(model) and self._cache_cls is BatchKV
         if record_routes:
             slots = False  # routes are recorded in batch-row order, the slot path's is slot order
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None

@@ -48,4 +48,5 @@ def test_an_engine_on_cuda_picks_slots_for_a_dense_model(model):
 
     m, tok = model
     assert Engine(m, tok, max_model_len=256, eos_ids=set())._dec is not None
-    assert Engine(m, tok, max_model_len=256, eos_ids=set(), cuda_graphs=False)._dec.graphs is False
+    assert Engine(m, tok, max_model_len=256, eos_ids=set(), cuda_graphs=False)._dec is None
+    assert Engine(m, tok, max_model_len=256, eos_ids=set(), cuda_graphs=False, slots=True)._dec.graphs is False
