@@ -283,9 +283,7 @@ class Engine:
             slots = self._dec.admit(out.past_key_values, pads, lengths, [r.params.n for r in chunk])
         keep = self._sample_into(rows, logits, routed)
         if self._dec is not None:
-            kept = set(keep)
-            self._dec.release([s for i, s in enumerate(slots) if i not in kept])
-            self._slot_of += [slots[i] for i in keep]
+            self._slot_of += self._retain(slots, keep)
             self._rows += [rows[i] for i in keep]
             return
         kv = self._cache_cls.from_cache(out.past_key_values, mask, mask.sum(-1)).repeat(counts)
@@ -331,10 +329,14 @@ class Engine:
 
     def _keep_slots(self, keep: list[int]) -> None:
         """Keep the running rows at ``keep`` (slot path) and free the others' slots."""
-        kept = set(keep)
-        self._dec.release([s for i, s in enumerate(self._slot_of) if i not in kept])
-        self._slot_of = [self._slot_of[i] for i in keep]
+        self._slot_of = self._retain(self._slot_of, keep)
         self._rows = [self._rows[i] for i in keep]
+
+    def _retain(self, slots: list[int], keep: list[int]) -> list[int]:
+        """``slots`` at the indices ``keep``; the slots of the other rows are freed."""
+        kept = set(keep)
+        self._dec.release([s for i, s in enumerate(slots) if i not in kept])
+        return [slots[i] for i in keep]
 
     def _sample_into(
         self, rows: list[tuple[Request, Completion]], logits: torch.Tensor, routed: torch.Tensor | None = None

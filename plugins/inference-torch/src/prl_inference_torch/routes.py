@@ -37,7 +37,8 @@ class RouteRecorder:
         if not found:
             raise ValueError("return_routed_experts: the model has no MoE router (a dense model routes nothing)")
         self._chosen: list[torch.Tensor | None] = [None] * len(found)
-        self.handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(found)]
+        for i, m in enumerate(found):
+            m.register_forward_hook(self._hook(i))
 
     def _hook(self, layer: int):
         def keep(module, args, output) -> None:
@@ -50,7 +51,3 @@ class RouteRecorder:
         ``rows`` rows of the last forward pass."""
         per_layer = [c.reshape(rows, -1, c.shape[-1])[:, -1] for c in self._chosen]
         return torch.stack(per_layer, 1)
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()

@@ -99,7 +99,7 @@ class SlotDecoder:
         if need > len(self.free):
             self._resize(self.rows + need - len(self.free), self.capacity)
         width = cache.layers[0].keys.shape[2]
-        self._resize(self.rows, max(self.capacity, _round_up(width + 1)))
+        self._resize(self.rows, _round_up(width + 1))
         self.free.sort()
         slots, self.free = self.free[:need], self.free[need:]
         dev = self.device

@@ -78,7 +78,8 @@ class RouteReplay:
         self.ids: torch.Tensor | None = None  # [T, layers, top_k]
         self.present: torch.Tensor | None = None  # [T, 1]
         self.checked = False
-        self.handles = [m.register_forward_hook(self._hook(i), prepend=True) for i, m in enumerate(modules)]
+        for i, m in enumerate(modules):
+            m.register_forward_hook(self._hook(i), prepend=True)
 
     @classmethod
     def of(cls, hf: nn.Module, model: str) -> RouteReplay:
@@ -145,10 +146,6 @@ class RouteReplay:
                 "by their softmax probability (renormalised when norm_topk_prob): replay cannot reproduce it"
             )
         self.checked = True
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()
 
 
 def _weights(module: nn.Module, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
