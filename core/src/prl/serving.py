@@ -82,9 +82,43 @@ def inference_ports_free(inference: InferenceConfig, prefix: str = "") -> None:
             check_port_free("127.0.0.1", server.backend_port + i, f"--{prefix}server.backend-port")
 
 
+# Ports picked ahead of their server (the clients must know them first) are drawn from
+# outside the kernel's ephemeral range: every bind to port 0 and every outgoing connection
+# on this machine takes its port from that range, so a port picked there can be handed to
+# another process before its server binds it (seen on busy test machines).
+_PICK_FLOOR = 15000  # below: ports that fixed-port services tend to claim
+_PICK_TRIES = 64
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's ephemeral range (Linux: ip_local_port_range; elsewhere the IANA one)."""
+    try:
+        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
+def _candidates() -> list[int]:
+    lo, hi = ephemeral_ports()
+    return [*range(_PICK_FLOOR, min(lo, 65536)), *range(max(hi + 1, _PICK_FLOOR), 65536)]
+
+
 def free_port(host: str) -> int:
     """A port free on ``host`` right now, for a managed server whose clients must know it
-    before it starts (a server given port 0 would pick its own, unknown to them)."""
+    before it starts (a server given port 0 would pick its own, unknown to them). Drawn at
+    random (system entropy, so processes seeded alike do not draw alike) from outside the
+    ephemeral range; where the kernel leaves no room outside it, any free port."""
+    import random
+
+    pool, draw = _candidates(), random.SystemRandom()
+    for _ in range(_PICK_TRIES if len(pool) >= 1000 else 0):
+        port = draw.choice(pool)
+        try:
+            bind(host, port).close()
+        except HostError:
+            continue
+        return port
     sock = bind(host, 0)
     try:
         return sock.getsockname()[1]
