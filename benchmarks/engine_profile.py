@@ -9,6 +9,10 @@ copy and the join with the running batch). Synchronising adds a little time to e
 the total is printed beside the unwrapped throughput measured first.
 
     python benchmarks/engine_profile.py --preset qwen3-0.6b --device cuda --dtype bfloat16 --levels 64,256
+
+``--kernels`` also profiles one eager decode step of the slot pool (``c`` rows, the first
+length block) with ``torch.profiler`` and prints its ten costliest kernels: what a captured
+graph replays.
 """
 
 from __future__ import annotations
@@ -80,12 +84,36 @@ def profiled(model_dir, tokenizer, prompts, budgets, c, device, dtype) -> tuple[
     return rate, timers
 
 
+def kernel_table(model_dir: str, rows: int, device: str, dtype: str) -> str:
+    """The costliest kernels of one eager slot-pool decode step over ``rows`` rows."""
+    from prl_inference_torch.attention import register
+    from prl_inference_torch.slots import SlotDecoder
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype), attn_implementation=register())
+    model = model.to(device).eval()
+    dec = SlotDecoder(model, rows, graphs=False)
+    with torch.no_grad():
+        for _ in range(3):  # warm-up: lazy initialisation and kernel choice
+            dec._forward(rows, dec.capacity)
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if device == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts) as prof:
+            dec._forward(rows, dec.capacity)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    key = "cuda_time_total" if device == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=10, max_name_column_width=60)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="tiny")
     p.add_argument("--levels", default="16,64")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--kernels", action="store_true", help="profile one eager slot decode step per level")
     args = p.parse_args()
     from prl_model_init import make_model
     from transformers import AutoTokenizer
@@ -101,6 +129,8 @@ def main() -> None:
         for label in sorted(t.total, key=lambda k: -t.total[k]):
             per = 1e3 * t.total[label] / steps
             print(f"  {label:24s} {t.total[label]:8.2f} s  {t.count[label]:6d} calls  {per:8.2f} ms/decode step")
+        if args.kernels:
+            print(kernel_table(model_dir, c, args.device, args.dtype))
 
 
 if __name__ == "__main__":
