@@ -34,7 +34,7 @@ from prl_inference_torch.kv import BatchKV
 from prl_inference_torch.request import Completion, GenParams, Request  # noqa: F401 (GenParams: re-exported)
 from prl_inference_torch.routes import RouteRecorder
 from prl_inference_torch.sampling import prompt_logprobs, sample
-from prl_inference_torch.slots import SlotDecoder, supports_slots
+from prl_inference_torch.slots import SlotDecoder, plain_head, supports_slots
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,9 @@ class Engine:
         if record_routes:
             slots = False  # routes are recorded in batch-row order, the slot path's is slot order
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
+        # prompts prefilled straight into their slots, unless the logits need more than the
+        # output embedding (prompt logprobs, and models that scale them, take the padded path)
+        self._direct = slots and plain_head(model)
         self._slot_of: list[int] = []  # the slot of each running row (slot path)
         self._held = 0  # decode steps the waiting requests were held for (slot path)
         self._stop = False
@@ -249,6 +252,9 @@ class Engine:
 
     def _prefill_chunk(self, chunk: list[Request]) -> None:
         want_all = chunk[0].params.prompt_logprobs is not None
+        if self._dec is not None and self._direct and not want_all:
+            self._prefill_slots(chunk)
+            return
         longest = max(len(r.prompt_ids) for r in chunk)
         ids = torch.zeros(len(chunk), longest, dtype=torch.long)
         mask = torch.zeros(len(chunk), longest, dtype=torch.bool)
@@ -292,6 +298,19 @@ class Engine:
             return
         self._rows += [rows[i] for i in keep]
         self._kv = new_kv if self._kv is None else self._kv.join(new_kv)
+
+    def _prefill_slots(self, chunk: list[Request]) -> None:
+        """Slot path: the chunk's prompts go straight into their slots (``SlotDecoder.prefill``)."""
+        self._set_lora([r.adapter for r in chunk])
+        counts = [r.params.n for r in chunk]
+        logits, slots = self._dec.prefill([r.prompt_ids for r in chunk], counts)
+        for req in chunk:
+            req.version = self.version
+            req.seed_rows(self.device)
+        rows = [(r, c) for r in chunk for c in r.completions]
+        keep = self._sample_into(rows, logits.repeat_interleave(torch.tensor(counts, device=self.device), dim=0))
+        self._slot_of += self._retain(slots, keep)
+        self._rows += [rows[i] for i in keep]
 
     def _decode(self) -> None:
         self._drop_cancelled()

@@ -5,7 +5,9 @@ forward launches several hundred small kernels from Python, and the growing cach
 ``kv.BatchKV`` is copied whenever a row joins or leaves. Here every running row owns one
 slot of a pool allocated once (``[slots, kv_heads, capacity, head_dim]`` per layer), with
 its tokens left-aligned (column ``j`` of a slot holds the row's position ``j``), so rows join
-by copying only their own prefill and leave without any copy. A decode step then has fixed
+by writing only their own prefill and leave without any copy. A prefill runs its prompts
+right-padded with a plain causal mask (the fused attention kernels take it) and writes each
+prompt's keys/values straight into its slots. A decode step then has fixed
 shapes for a given (batch bucket, length bucket): the batch covers slots ``0..b-1`` (``b``
 the smallest bucket holding the highest slot in use; free slots in it compute a throw-away
 row), and attention reads the first ``L`` columns (``L`` a multiple of ``LEN_BLOCK`` past
@@ -42,6 +44,19 @@ def supports_slots(model: torch.nn.Module) -> bool:
     if getattr(cfg, "layer_types", None) and set(cfg.layer_types) - {"full_attention"}:
         return False  # sliding-window or linear-attention layers keep other state
     return getattr(cfg, "num_key_value_heads", None) is not None
+
+
+def plain_head(model: torch.nn.Module) -> bool:
+    """Whether the model's logits are its output embedding applied to its decoder's last
+    hidden state, nothing more (no scaling or soft-capping), so a prefill may compute
+    only the rows it needs (``SlotDecoder.prefill``)."""
+    cfg = model.config
+    if any(getattr(cfg, k, None) for k in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+        return False
+    try:
+        return model.get_decoder() is not None and model.get_output_embeddings() is not None
+    except (AttributeError, NotImplementedError):
+        return False
 
 
 def batch_bucket(rows: int) -> int:
@@ -95,27 +110,62 @@ class SlotDecoder:
         ``pads[r]`` is row ``r``'s left padding and ``lengths[r]`` its prompt length (both
         known on the host). Returns the slots, row by row.
         """
-        need = sum(counts)
-        if need > len(self.free):
-            self._resize(self.rows + need - len(self.free), self.capacity)
         width = cache.layers[0].keys.shape[2]
-        self._resize(self.rows, _round_up(width + 1))
-        self.free.sort()
-        slots, self.free = self.free[:need], self.free[need:]
+        slots, target, reps = self._take(counts, width)
         dev = self.device
         # left-align each row: column j of the slot takes column pads[r] + j of the prefill
         shift = torch.tensor(pads, device=dev)[:, None] + torch.arange(width, device=dev)[None]
         shift = shift.clamp(max=width - 1)[:, None, :, None].expand(-1, self.kv_heads, -1, self.head_dim)
-        reps = torch.tensor(counts, device=dev)
-        target = torch.tensor(slots, device=dev)
         for i, layer in enumerate(cache.layers):
             for src, pool in ((layer.keys, self.keys[i]), (layer.values, self.values[i])):
                 pool[target, :, :width] = src.gather(2, shift).repeat_interleave(reps, dim=0).to(pool.dtype)
+        self._place(slots, target, lengths, counts)
+        return slots
+
+    def prefill(self, prompts: list[list[int]], counts: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """Run ``prompts`` right-padded, causal (no mask: padding sits after every real token,
+        so no real token sees it) and write each one's keys/values into ``counts[r]`` free
+        slots, already left-aligned. Returns the logits [len(prompts), vocab] of each prompt's
+        last token and the slots, row by row. Columns past a prompt hold the padding's
+        keys/values: a decode step masks them and overwrites them one by one."""
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, : len(p)] = torch.tensor(p)
+        ids = ids.to(self.device, non_blocking=True)
+        positions = torch.arange(width, device=self.device)[None].expand(len(prompts), -1)
+        cache = DynamicCache()
+        hidden = self.model.get_decoder()(
+            input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        last = torch.tensor(lengths, device=self.device) - 1
+        logits = self.model.get_output_embeddings()(hidden[torch.arange(len(prompts), device=self.device), last])
+        slots, target, reps = self._take(counts, width)
+        for i, layer in enumerate(cache.layers):
+            for src, pool in ((layer.keys, self.keys[i]), (layer.values, self.values[i])):
+                pool[:, :, :width].index_copy_(0, target, src.repeat_interleave(reps, dim=0).to(pool.dtype))
+        self._place(slots, target, lengths, counts)
+        return logits, slots
+
+    def _take(self, counts: list[int], width: int) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+        """``sum(counts)`` free slots (the pool grown to hold them and ``width`` columns), as a
+        list and on the device, with ``counts`` on the device."""
+        need = sum(counts)
+        if need > len(self.free):
+            self._resize(self.rows + need - len(self.free), self.capacity)
+        self._resize(self.rows, _round_up(width + 1))
+        self.free.sort()
+        slots, self.free = self.free[:need], self.free[need:]
+        target = torch.tensor(slots, device=self.device)
+        return slots, target, torch.tensor(counts, device=self.device)
+
+    def _place(self, slots: list[int], target: torch.Tensor, lengths: list[int], counts: list[int]) -> None:
+        """Each slot's next position: its row's prompt length."""
         each = [n for n, c in zip(lengths, counts, strict=True) for _ in range(c)]
-        self.pos[target] = torch.tensor(each, device=dev)
+        self.pos[target] = torch.tensor(each, device=self.device)
         for s, n in zip(slots, each, strict=True):
             self.host_pos[s] = n
-        return slots
 
     def release(self, slots: list[int]) -> None:
         """Free ``slots``; their position goes back to 0 so a throw-away row writes in range."""

@@ -45,7 +45,10 @@ def build_optimizer(
     offload = model_cfg is not None and model_cfg.optim_cpu_offload
     if offload and device is not None and device.type != "cpu":
         return CPUStateAdamW(params, lr=optim_cfg.lr, betas=betas, weight_decay=wd)
-    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=betas, weight_decay=wd)
+    # On a GPU the fused kernel updates every parameter in a few launches (the default
+    # for-each path took ~8% of a 0.6B SFT step on an H100); the CPU keeps the default.
+    fused = device is not None and device.type == "cuda" or None
+    return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=betas, weight_decay=wd, fused=fused)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, policy, max_norm: float) -> float:
