@@ -80,3 +80,18 @@ def test_adamw_steps_with_the_configured_lr_betas_and_weight_decay(offload):
     assert type(opt) is (CPUStateAdamW if offload else torch.optim.AdamW)
     reference = torch.optim.AdamW([want], lr=0.1, betas=(0.5, 0.8), weight_decay=0.3, eps=EPS)
     torch.testing.assert_close(_two_adam_steps(opt, p), _two_adam_steps(reference, want))
+
+
+def test_adamw_is_fused_for_a_gpu_run_only():
+    # the device the run trains on decides (CPU parameters stand in: fused AdamW runs there too)
+    cfg = OptimConfig(lr=0.1)
+    gpu = build_optimizer(params(), cfg, 0.0, NS(full_offload=False, optim_cpu_offload=False), torch.device("cuda"))
+    assert type(gpu) is torch.optim.AdamW and group(gpu)["fused"] is True
+    for device in (torch.device("cpu"), None):
+        cpu = build_optimizer(params(), cfg, 0.0, NS(full_offload=False, optim_cpu_offload=False), device)
+        assert not group(cpu)["fused"]
+    step = [torch.nn.Parameter(torch.ones(3))]
+    opt = build_optimizer(step, cfg, 0.0, None, torch.device("cuda"))
+    step[0].grad = torch.ones(3)
+    opt.step()  # the fused update runs and moves the parameter
+    assert torch.all(step[0] < 1)
