@@ -33,7 +33,7 @@ from transformers.cache_utils import DynamicLayer
 
 log = logging.getLogger(__name__)
 
-LEN_BLOCK = 256  # attention length granularity: a graph per 256 columns of the longest row
+LEN_BLOCK = 128  # attention length granularity: a graph per 128 columns of the longest row
 
 
 def supports_slots(model: torch.nn.Module) -> bool:

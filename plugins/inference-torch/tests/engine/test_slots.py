@@ -80,7 +80,7 @@ def test_seeded_sampling_matches_and_waves_reuse_freed_slots(model):
 
 def test_rows_outgrow_the_first_length_block(model, monkeypatch):
     m, tok = model
-    monkeypatch.setattr(slots_mod, "LEN_BLOCK", 8)  # growth every 8 columns instead of 256
+    monkeypatch.setattr(slots_mod, "LEN_BLOCK", 8)  # growth every 8 columns instead of 128
     work = [(list(range(5, 5 + n)), GenParams(max_tokens=30, temperature=0.0, ignore_eos=True)) for n in (3, 17, 9)]
     same(run(m, tok, work, slots=True), run(m, tok, work, slots=False))
 
