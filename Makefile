@@ -16,7 +16,7 @@ FAST := not (vllm or verifiers or slow or long)
 # Heavy, pinned dependencies once per venv (torch CPU build from local disk, vLLM for CPU),
 # then every in-repo distribution editable (cheap, so always re-run: new plugins show up).
 setup: $(STAMP)
-	@$(PIP) install -q --no-deps $(foreach m,$(MEMBERS),-e $(m))
+	@$(PIP) install -q --no-deps $(foreach m,$(MEMBERS),-e $(m)) -e packages/prl
 	@# SLURM + munge for the real-SLURM tests (apt-get as root; a no-op once installed).
 	@sh launchers/slurm/setup-slurm.sh
 	@# Debian chromium + chromium-driver for the dashboard's browser test (a no-op once installed).

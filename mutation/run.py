@@ -97,6 +97,7 @@ TESTS = [
     "core/tests/test_layout.py",
     "core/tests/test_layout_retention.py",
     "plugins/trainer-torch/tests",
+    "plugins/inference-torch/tests/conftest.py",  # the engine tests' tiny_model fixture
     "plugins/inference-torch/tests/engine",
     "core/tests/tasks",
     "core/tests/envs",

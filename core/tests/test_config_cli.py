@@ -160,7 +160,8 @@ def test_group_used_as_value_and_leftover_tokens(fake_plugins):
 def test_missing_plugin_names_providing_distribution(fake_plugins, monkeypatch):
     from prl import known_plugins
 
-    monkeypatch.setitem(known_plugins.KNOWN_PROVIDERS, ("losses", "shiny"), "prl-loss-shiny")
+    catalogue = {("losses", "shiny"): ("prl-loss-shiny", "algorithms/loss-shiny")}
+    monkeypatch.setattr(known_plugins, "providers", lambda: catalogue)
     with pytest.raises(ConfigError, match="install the distribution 'prl-loss-shiny'"):
         rl(["--trainer.loss.type", "shiny"])
 
