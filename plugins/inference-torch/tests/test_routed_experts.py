@@ -11,9 +11,10 @@ import time
 import pytest
 import torch
 from prl_inference_torch.engine import Engine, GenParams, Request
-from prl_inference_torch.routes import RouteRecorder, model_routers
+from prl_inference_torch.routes import RouteRecorder
 
 from prl.client import InferenceHTTPClient
+from prl.moe_routers import routers as model_routers
 from prl.types import Sampling
 
 LAYERS, TOP_K = 4, 2  # the tiny-moe preset

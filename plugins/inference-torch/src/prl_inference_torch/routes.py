@@ -18,22 +18,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def model_routers(model: nn.Module) -> list[nn.Module]:
-    """The router modules of a transformers causal LM, in layer order ([] for a dense one)."""
-    recorder = (getattr(model, "_can_record_outputs", None) or {}).get("router_logits")
-    cls = getattr(recorder, "target_class", None)
-    if cls is None:
-        return []
-    suffix = getattr(recorder, "layer_name", None)
-    return [m for n, m in model.named_modules() if isinstance(m, cls) and (suffix is None or n.endswith(suffix))]
+from prl.moe_routers import routers
 
 
 class RouteRecorder:
     """Forward hooks that keep each router's chosen experts of the last forward pass."""
 
     def __init__(self, model: nn.Module) -> None:
-        found = model_routers(model)
+        found = routers(model)
         if not found:
             raise ValueError("return_routed_experts: the model has no MoE router (a dense model routes nothing)")
         self._chosen: list[torch.Tensor | None] = [None] * len(found)

@@ -9,20 +9,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from prl.moe_routers import named_routers, routers
 
-def named_routers(hf: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, module) of each router of a transformers causal LM, in layer order."""
-    recorder = (getattr(hf, "_can_record_outputs", None) or {}).get("router_logits")
-    cls = getattr(recorder, "target_class", None)
-    if cls is None:
-        return []
-    suffix = getattr(recorder, "layer_name", None)
-    return [(n, m) for n, m in hf.named_modules() if isinstance(m, cls) and (suffix is None or n.endswith(suffix))]
-
-
-def routers(hf: nn.Module) -> list[nn.Module]:
-    """The router modules of a transformers causal LM, in layer order ([] for a dense one)."""
-    return [m for _, m in named_routers(hf)]
+__all__ = ["named_routers", "router_experts", "routers"]
 
 
 def router_experts(hf: nn.Module) -> list[tuple[nn.Module, nn.Module, nn.Module]]:
