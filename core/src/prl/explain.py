@@ -15,9 +15,12 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.hub import local_dir
+
+if TYPE_CHECKING:
+    from prl.config.roots import RLConfig
 
 DTYPE_BYTES = {
     "F64": 8,
@@ -85,20 +88,20 @@ def gib(n_bytes: float) -> str:
     return f"{n_bytes / 1024**3:.2f} GiB" if n_bytes >= 1024**3 else f"{n_bytes / 1024**2:.1f} MiB"
 
 
-def trainer_dtype_bytes(cfg: Any) -> tuple[int, str]:
+def trainer_dtype_bytes(cfg: RLConfig) -> tuple[int, str]:
     """Bytes per trainer parameter and the dtype's name (``auto``: bf16 with GPUs, else fp32)."""
     dtype = cfg.trainer.model.param_dtype(bool(getattr(cfg.deployment, "num_train_gpus", 0)))
     return (2 if dtype == "bfloat16" else 4), dtype
 
 
-def checkpoint_bytes(cfg: Any, size: ModelSize) -> int:
+def checkpoint_bytes(cfg: RLConfig, size: ModelSize) -> int:
     """One trainer checkpoint: weights plus the optimizer state (AdamW: two moments; SGD: none)."""
     per, _ = trainer_dtype_bytes(cfg)
     states = cfg.trainer.optim.state_per_param()
     return size.params * per * (1 + states)
 
 
-def explain_rl(cfg: Any) -> list[str]:
+def explain_rl(cfg: RLConfig) -> list[str]:
     """The lines ``prl rl --explain`` prints for a resolved RLConfig."""
     orch, trainer = cfg.orchestrator, cfg.trainer
     ranks = orch.num_train_workers
@@ -137,7 +140,7 @@ def _per_step(orch: Any, ranks: int) -> list[str]:
     return out
 
 
-def _sizes(cfg: Any, size: ModelSize, ranks: int) -> list[str]:
+def _sizes(cfg: RLConfig, size: ModelSize, ranks: int) -> list[str]:
     per, dtype = trainer_dtype_bytes(cfg)
     weights = size.params * per
     ckpt = checkpoint_bytes(cfg, size)

@@ -36,4 +36,6 @@ def install_hint(kind: str, tag: object) -> str:
     if hit is None:
         return ""
     dist, folder = hit
-    return f"; install the distribution '{dist}' (pip install {dist}, or pip install -e <repo>/{folder} from a checkout)"
+    return (
+        f"; install the distribution '{dist}' (pip install {dist}, or pip install -e <repo>/{folder} from a checkout)"
+    )

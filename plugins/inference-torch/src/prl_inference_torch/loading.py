@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from prl_inference_torch.engine import Engine
 from prl_inference_torch.server import ServerState
 from prl_inference_torch.weights import LoraSet
+
+if TYPE_CHECKING:
+    from prl.config.components import InferenceConfig
 
 log = logging.getLogger("prl_inference_torch")
 
@@ -44,7 +47,7 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def load_state(cfg: Any, api_key: str | None) -> ServerState:
+def load_state(cfg: InferenceConfig, api_key: str | None) -> ServerState:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     b = cfg.backend

@@ -18,12 +18,15 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prl.contracts import InferenceBackend
 from prl.logs import setup_logging
 from prl.serving import SHUTDOWN_GRACE_S, admin_api_key, announce, bind, ready_file, serve_main
 from prl_inference_vllm.config import VllmInferenceConfig, lora_enabled, vllm_argv
+
+if TYPE_CHECKING:
+    from prl.config.components import InferenceConfig
 
 log = logging.getLogger("prl_inference_vllm")
 
@@ -32,7 +35,7 @@ class VllmArgsError(ValueError):
     """vLLM rejected the arguments built from ``[inference.backend]``."""
 
 
-def parse_vllm_args(cfg: Any) -> Any:
+def parse_vllm_args(cfg: InferenceConfig) -> Any:
     """vLLM's parsed server arguments (an ``argparse.Namespace``) for a resolved config."""
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -77,7 +80,7 @@ def _served_checkpoint(model_dir: str) -> tuple[dict[str, Any], dict[str, list[i
     return config, checkpoint_shapes(model_dir)
 
 
-async def _serve(cfg: Any, args: Any, sock: socket.socket, api_key: str | None) -> None:
+async def _serve(cfg: InferenceConfig, args: Any, sock: socket.socket, api_key: str | None) -> None:
     from vllm.entrypoints.launchers.api_server.app_state import init_app_state
     from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
     from vllm.entrypoints.launchers.app import build_app

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from prl.contracts import InferenceBackendConfig
 from prl_inference_vllm.section import absorb_vllm_section, check_vllm_name
+
+if TYPE_CHECKING:
+    from prl.config.components import InferenceConfig
 
 # Set by prl from other sections (model, server, tokenizer, max_model_len, seed) or by
 # the backend itself; giving them in extra_args would silently fight those settings.
@@ -118,7 +121,7 @@ def _flag(name: str, value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def vllm_argv(cfg: Any) -> list[str]:
+def vllm_argv(cfg: InferenceConfig) -> list[str]:
     """The vLLM OpenAI-server command line for a resolved ``InferenceConfig``.
 
     Typed backend fields first, then ``extra_args`` (whose names were checked not to
@@ -161,7 +164,7 @@ def vllm_argv(cfg: Any) -> list[str]:
     return argv
 
 
-def lora_enabled(cfg: Any) -> bool:
+def lora_enabled(cfg: InferenceConfig) -> bool:
     """LoRA is on when asked for here or when the run trains one ([model.lora] reaches
     ``inference.model.lora``)."""
     return bool(cfg.backend.enable_lora or getattr(cfg.model, "lora", None) is not None)
@@ -171,7 +174,7 @@ def lora_enabled(cfg: Any) -> bool:
 _VLLM_RANKS = (16, 32, 64, 128, 256, 320, 512)
 
 
-def _lora_rank(cfg: Any) -> int | None:
+def _lora_rank(cfg: InferenceConfig) -> int | None:
     lora = getattr(cfg.model, "lora", None)
     if lora is None or lora.rank <= _VLLM_RANKS[0]:
         return None  # vLLM's default (16) fits
