@@ -180,6 +180,9 @@ def test_the_default_install_has_no_torch_and_lists_exactly_its_plugins(default_
     assert ok(sh(default_venv / "bin" / "python", "-c", probe)).strip() == "True"
     assert set(plugins(default_venv)) == with_plugins
     assert {"prl-algo-grpo", "prl-tasks-builtin", "prl-monitor-file", "prl-launcher-local"} <= with_plugins
+    # the install hints' catalogue comes with the `prl` distribution, not with core
+    probe = "from prl.known_plugins import install_hint as h; print(h('trainers', 'torch'))"
+    assert "install the distribution 'prl-trainer-torch'" in ok(sh(default_venv / "bin" / "python", "-c", probe))
 
 
 @pytest.fixture(scope="module")
