@@ -22,7 +22,15 @@ def tiny_moe(tmp_path_factory) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "tiny-moe", "tiny-moe", seed=0)
 
 
-def test_compiled_layers_route_with_the_recorded_experts(monkeypatch, tiny_moe):
+@pytest.fixture
+def few_recompiles():
+    # dynamo's own patch puts the setting back; monkeypatch's undo left the config module
+    # without the key, so the next test patching it in the same process failed
+    with torch._dynamo.config.patch(recompile_limit=2):
+        yield
+
+
+def test_compiled_layers_route_with_the_recorded_experts(monkeypatch, tiny_moe, few_recompiles):
     from prl_trainer_torch import logprobs
     from prl_trainer_torch.model import Dist, load_hf_model, parallelize
     from prl_trainer_torch.moe import RoutingStats, routers
@@ -30,7 +38,6 @@ def test_compiled_layers_route_with_the_recorded_experts(monkeypatch, tiny_moe):
 
     for name, kernel in list(logprobs._KERNELS.items()):
         monkeypatch.setitem(logprobs._KERNELS, name, kernel)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     torch._dynamo.reset()
     torch.manual_seed(0)
     hf = load_hf_model(str(tiny_moe), torch.bfloat16, "sdpa")
