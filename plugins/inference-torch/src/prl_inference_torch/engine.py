@@ -105,7 +105,7 @@ class Engine:
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
         # prompts prefilled straight into their slots, unless the logits need more than the
         # output embedding (prompt logprobs, and models that scale them, take the padded path)
-        self._direct = slots and plain_head(model)
+        self._direct = self._dec is not None and plain_head(model)
         self._slot_of: list[int] = []  # the slot of each running row (slot path)
         self._held = 0  # decode steps the waiting requests were held for (slot path)
         self._stop = False
@@ -252,7 +252,7 @@ class Engine:
 
     def _prefill_chunk(self, chunk: list[Request]) -> None:
         want_all = chunk[0].params.prompt_logprobs is not None
-        if self._dec is not None and self._direct and not want_all:
+        if self._direct and not want_all:
             self._prefill_slots(chunk)
             return
         longest = max(len(r.prompt_ids) for r in chunk)
