@@ -10,6 +10,7 @@ that does not wait, and each row's document bounds are found on the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,6 +28,7 @@ class DeviceRow:
     loss_mask: torch.Tensor  # [1, n] bool
     bounds: tuple[torch.Tensor, int]  # documents' cumulative lengths (int32) and the longest
     loss_tokens: int  # counted on the host
+    pixels: Any = None  # a [model.vlm] row's images (vision_sft.VisionRow), moved by the forward
 
 
 def _host_parts(row: PackedRow) -> tuple[list[torch.Tensor], int, int]:
@@ -60,5 +62,8 @@ def rows_to_device(rows: list[PackedRow], device: torch.device) -> list[DeviceRo
         cu = cu.to(torch.int32)
         # The number of documents changes from row to row (see attention.document_bounds).
         torch._dynamo.maybe_mark_dynamic(cu, 0)
-        out.append(DeviceRow(ids[None], pos[None], targets[None], mask.bool()[None], (cu, longest), loss_tokens))
+        pixels = getattr(rows[i], "pixels", None)
+        out.append(
+            DeviceRow(ids[None], pos[None], targets[None], mask.bool()[None], (cu, longest), loss_tokens, pixels)
+        )
     return out

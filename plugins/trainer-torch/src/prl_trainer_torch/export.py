@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from prl.config.errors import ConfigError
 from prl_trainer_torch.checkpoint import ADAPTER_CONFIG, single_process_quiet
-from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, model_source
+from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, has_vision_tower, model_source
 from prl_trainer_torch.lora import apply_lora, is_adapter_key
 from prl_trainer_torch.lora import merge_lora as merge_lora_into
 
@@ -55,9 +55,21 @@ def export_checkpoint(
     if num_workers > 1:
         if lora is not None:
             raise ConfigError("export: --merge-lora runs in one process; leave out --num-workers", "Usage error")
+        if has_vision_tower(step_dir):
+            raise ConfigError(
+                "export: a vision-language checkpoint exports in one process; leave out --num-workers", "Usage error"
+            )
         return _export_under_torchrun(step_dir, out, dtype, num_workers)
     model_name, tokenizer = model_source(step_dir)
-    hf = AutoModelForCausalLM.from_pretrained(model_name, dtype=torch.float32)
+    if has_vision_tower(step_dir):
+        if dtype == "fp8":
+            raise ConfigError(
+                "export: --dtype fp8 is for text models; this checkpoint has a vision tower", "Usage error"
+            )
+        from transformers import AutoModelForImageTextToText as model_class  # a [model.vlm] run's checkpoint
+    else:
+        model_class = AutoModelForCausalLM
+    hf = model_class.from_pretrained(model_name, dtype=torch.float32)
     if lora is not None:
         apply_lora(hf, _LoraSettings.of(lora))
     opts = StateDictOptions(full_state_dict=False, strict=lora is None)

@@ -21,6 +21,10 @@ TOKENIZER_FILES = (
     "chat_template.json",
     "added_tokens.json",
     "generation_config.json",
+    # a vision-language model's image (and video) processor: the export sees images as the source did
+    "preprocessor_config.json",
+    "processor_config.json",
+    "video_preprocessor_config.json",
 )
 
 
@@ -43,6 +47,15 @@ def model_source(step_dir: Path) -> tuple[str, str]:
 def check_checkpoint(step_dir: Path) -> None:
     if not (Path(step_dir) / "trainer" / ".metadata").exists():
         raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
+
+
+def has_vision_tower(step_dir: Path) -> bool:
+    """Whether the checkpoint holds a vision tower (a ``[model.vlm]`` run trains the whole
+    image-text model; a text run of the same model holds its language model only)."""
+    import torch.distributed.checkpoint as dcp
+
+    keys = dcp.FileSystemReader(str(Path(step_dir) / "trainer")).read_metadata().state_dict_metadata
+    return any(k.startswith("model.") and ".visual." in k for k in keys)
 
 
 def export_tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

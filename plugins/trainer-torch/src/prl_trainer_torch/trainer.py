@@ -10,6 +10,7 @@ that JSON. Per-rank logs go under
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import tempfile
@@ -73,11 +74,11 @@ class TorchTrainer(Trainer):
 
     @classmethod
     def run_sft(cls, config: SFTConfig) -> int:
+        # [model.vlm] trains the whole image-text model on rows with images
+        module = "prl_trainer_torch.vision_sft" if config.model.vlm is not None else "prl_trainer_torch.sft"
         if _needs_torchrun(config):
-            return launch_torchrun(_sft_json(config), config.num_workers, "prl_trainer_torch.sft")
-        from prl_trainer_torch.sft import run
-
-        return run(config)
+            return launch_torchrun(_sft_json(config), config.num_workers, module)
+        return importlib.import_module(module).run(config)
 
     @classmethod
     def rl_processes(

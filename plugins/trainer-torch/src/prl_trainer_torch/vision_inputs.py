@@ -13,7 +13,7 @@ A row's messages carry images as OpenAI content parts, ``{"type": "image_url",
 * and freezes the vision tower (:func:`freeze_vision_tower`, ``[model.vlm]
   freeze_vision_encoder``).
 
-The trainer's data path does not call these yet (docs/vlm.md says what is left).
+SFT uses them through :mod:`prl_trainer_torch.vision_rows` and :mod:`prl_trainer_torch.vision_sft`.
 """
 
 from __future__ import annotations
