@@ -1,29 +1,61 @@
-"""SFT data with images from the coloured-shapes taskset: ``python sft_data.py OUT_DIR``.
+"""SFT rows with images: ``python sft_data.py OUT_DIR`` writes ``OUT_DIR/train.jsonl`` (2,000
+rows) and ``OUT_DIR/val.jsonl`` (100 rows).
 
-Writes ``OUT_DIR/train.jsonl`` and ``OUT_DIR/val.jsonl`` from the taskset's ``train`` and
-``eval`` splits with ``question = "colour"`` and one shape per image: each row is
-``{"prompt": [system, user with an image_url part and the question], "completion": colour}``,
-the image a base64 PNG ``data:`` URL. The colour is visible only in the image, so the
-validation loss can only fall below guessing (ln 5 per answer token) by looking at it.
+Each row asks for the colour of the one large shape (circle, square or triangle, in one of
+the coloured-shapes taskset's five colours) in a generated 64x64 PNG, sent as a base64
+``data:`` URL image part, and answers with the colour's name:
+
+    {"prompt": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}},
+                                             {"type": "text", "text": "What colour is the shape?"}]}],
+     "completion": "red"}
+
+The colour is only in the image, so a model can beat a one-in-five guess only by looking.
 """
 
+import base64
+import io
 import json
+import random
 import sys
 from pathlib import Path
 
-from prl_tasks_builtin.coloured_shapes import ColouredShapes
+from PIL import Image, ImageDraw
+from prl_tasks_builtin.coloured_shapes import COLOURS, SHAPES
 
 
-def main(out: Path, num_train: int = 2000, num_eval: int = 100) -> None:
-    cfg = ColouredShapes.Config(question="colour", min_shapes=1, max_shapes=1, num_train=num_train, num_eval=num_eval)
-    taskset = ColouredShapes(cfg)
+def image_url(shape: str, colour: str, rng: random.Random) -> str:
+    img = Image.new("RGB", (64, 64), "white")
+    x, y = rng.randint(4, 12), rng.randint(4, 12)  # a shape of 40-52 pixels, placed at random
+    box, fill = (x, y, 64 - rng.randint(4, 12), 64 - rng.randint(4, 12)), COLOURS[colour]
+    draw = ImageDraw.Draw(img)
+    if shape == "circle":
+        draw.ellipse(box, fill=fill)
+    elif shape == "square":
+        draw.rectangle(box, fill=fill)
+    else:
+        draw.polygon([(box[0], box[3]), ((box[0] + box[2]) // 2, box[1]), (box[2], box[3])], fill=fill)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def row(rng: random.Random) -> dict:
+    shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
+    content = [
+        {"type": "image_url", "image_url": {"url": image_url(shape, colour, rng)}},
+        {"type": "text", "text": "What colour is the shape?"},
+    ]
+    return {"prompt": [{"role": "user", "content": content}], "completion": colour}
+
+
+def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for split, name in (("train", "train.jsonl"), ("eval", "val.jsonl")):
-        rows = [{"prompt": t.prompt, "completion": t.data["answer"]} for t in taskset.tasks(split)]
+    for name, n, seed in (("train.jsonl", 2000, 0), ("val.jsonl", 100, 1)):
+        rng = random.Random(seed)
         tmp = out / f".{name}.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.write_text("".join(json.dumps(row(rng)) + "\n" for _ in range(n)))
         tmp.replace(out / name)  # atomic: a rerun never sees a half-written file
-        print(f"{out / name}: {len(rows)} rows")
+        print(f"{out / name}: {n} rows")
 
 
 if __name__ == "__main__":

@@ -105,3 +105,20 @@ def test_what_the_vision_loop_cannot_do_yet_is_one_line(tmp_path, vl_model, colo
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
     assert f"model.vlm: {what} of a vision-language run is not supported yet" in res.output
+
+
+def test_a_resumed_run_continues_exactly(tmp_path, vl_model, colour_data):
+    """Stopped at step 2 and resumed to 4, the run trains steps 3-4 as an unbroken run does:
+    the weights, optimizer, scheduler and the data position come back."""
+    data = ("--data.shuffle", "true", "--data.batch-size", "2")  # 4 steps an epoch: step 2 is mid-epoch
+    whole = _sft(tmp_path / "whole", vl_model, colour_data, "--max-steps", "4", *data)
+    assert whole.exit_code == 0, whole.output
+    part = tmp_path / "part"
+    first = _sft(part, vl_model, colour_data, "--ckpt.interval", "2", *data)
+    assert first.exit_code == 0, first.output
+    again = _sft(part, vl_model, colour_data, "--max-steps", "4", "--resume", *data)
+    assert again.exit_code == 0, again.output
+    a, b = _losses(tmp_path / "whole"), _losses(part)
+    assert len(a) == 4 and len(b) == 4
+    for x, y in zip(a, b, strict=True):
+        assert abs(x - y) < 1e-5 * abs(x), (a, b)
