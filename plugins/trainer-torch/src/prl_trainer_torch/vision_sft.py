@@ -168,6 +168,8 @@ class VisionSFTRun(SFTRun):
         self.vocab = text.vocab_size
         source = VisionSampleSource(config.data, config.renderer, self.tokenizer, self.vocab, mcfg.vlm)
         self.loader = VisionLoader(source, config.data, self.dist.rank, self.dist.world)
+        if config.data.num_workers > 1 and self.dist.is_main:
+            log.info("data.num_workers = %d is not used with [model.vlm]: rows render here", config.data.num_workers)
         self.labels = source.labels()
         self.total = config.max_steps or self.loader.steps_per_epoch()
         if self.total < 1:
