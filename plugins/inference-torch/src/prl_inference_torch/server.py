@@ -264,9 +264,26 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
+IMAGE_PARTS = ("image_url", "image", "input_image")
+
+
+def _refuse_images(messages: list[dict[str, Any]]) -> None:
+    """A chat template would render an image part as a placeholder with no pixels behind
+    it, and the model would answer as if it had seen nothing: refused in one line instead."""
+    for i, msg in enumerate(messages):
+        parts = msg.get("content")
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
+                raise ApiError(
+                    f"messages[{i}].content[{j}]: image input is not supported by the torch engine yet "
+                    "(it serves text; see docs/vlm.md)"
+                )
+
+
 def _chat_prompt(state: ServerState, body: ChatRequest) -> list[int]:
     kwargs = dict(body.chat_template_kwargs or {})
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    _refuse_images(messages)
     try:
         text = state.tokenizer.apply_chat_template(
             messages,
