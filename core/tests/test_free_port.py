@@ -47,3 +47,15 @@ def test_no_room_outside_the_range_falls_back_to_any_free_port(monkeypatch):
     port = free_port("127.0.0.1")
     assert 1024 <= port <= 65535
     bind("127.0.0.1", port).close()
+
+
+def test_a_process_never_picks_the_same_port_twice(monkeypatch):
+    """The engines behind a router, or the inference port and then the NCCL port, are picked
+    one after another before any of their servers listens: each pick must differ."""
+    lo, hi = ephemeral_ports()
+    ports = [p for p in range(20000, 21000) if not lo <= p <= hi][:3]
+    monkeypatch.setattr(serving, "_HANDED_OUT", set())
+    monkeypatch.setattr(serving, "_candidates", lambda: ports * 400)  # three free ports, drawn often
+    picks = [free_port("127.0.0.1") for _ in range(4)]
+    assert sorted(picks[:3]) == sorted(ports)
+    assert picks[3] not in ports  # the pool is spent: the kernel hands out another

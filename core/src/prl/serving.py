@@ -114,16 +114,28 @@ def free_port(host: str) -> int:
     pool, draw = _candidates(), random.SystemRandom()
     for _ in range(_PICK_TRIES if len(pool) >= 1000 else 0):
         port = draw.choice(pool)
+        if port in _HANDED_OUT:
+            continue
         try:
             bind(host, port).close()
         except HostError:
             continue
-        return port
+        return _hand_out(port)
     sock = bind(host, 0)
     try:
-        return sock.getsockname()[1]
+        return _hand_out(sock.getsockname()[1])
     finally:
         sock.close()
+
+
+# Ports this process picked ahead: none is picked twice, since the server of an earlier pick
+# (the engines behind a router, the inference port then the NCCL port) may not listen yet.
+_HANDED_OUT: set[int] = set()
+
+
+def _hand_out(port: int) -> int:
+    _HANDED_OUT.add(port)
+    return port
 
 
 def free_listen_port(host: str) -> int:
