@@ -7,7 +7,8 @@ backward, three ways in this process:
 * ``prl-packed``: one packed row, the documents' bounds handed to every layer
   (``prl_trainer_torch.hybrid``): on a GPU in bf16 with flash-linear-attention installed,
   its varlen kernels (``fla`` below), else the torch path that pads documents per layer;
-* ``prl-packed-torch``: the same row with the fla kernels turned off (the CPU path);
+* ``prl-packed-torch``: the same row with the fla kernels turned off (the CPU path; on a
+  GPU with fla only with ``--torch-path``: torch's reference kernels are slow there);
 * ``hf-padded``: transformers' forward on the documents right-padded into one batch with an
   attention mask (its own chunked kernels: fla's when installed, else torch's), the usual
   way to train a hybrid model without packing support.
@@ -144,6 +145,7 @@ def main() -> None:
     p.add_argument("--min-doc", type=int, default=256)
     p.add_argument("--max-doc", type=int, default=4096)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--torch-path", action="store_true", help="also time prl's torch path where fla runs")
     args = p.parse_args()
     from prl_trainer_torch import hybrid
 
@@ -159,11 +161,12 @@ def main() -> None:
         f"({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters), {len(ids)} documents, "
         f"{sum(lengths)} tokens (longest {max(lengths)}), fla kernels: {'yes' if fla else 'no'}"
     )
-    with torch.no_grad(), fla_off():
+    with torch.no_grad():  # one document at a time: stock layers, fla's kernels when installed
         truth = run_alone(model, ids).float()
     results = {"prl-packed": timed("prl-packed", run_packed, model, ids, args, truth)}
-    with fla_off():
-        results["prl-packed-torch"] = timed("prl-packed-torch", run_packed, model, ids, args, truth)
+    if not fla or args.torch_path:  # torch's reference delta rule is slow on a GPU: on request
+        with fla_off():
+            results["prl-packed-torch"] = timed("prl-packed-torch", run_packed, model, ids, args, truth)
     results["hf-padded"] = timed("hf-padded", run_padded, model, ids, args, truth)
     base = results["hf-padded"]
     print("ratios vs hf-padded: " + ", ".join(f"{k} {v / base:.2f}x" for k, v in results.items()))

@@ -272,6 +272,11 @@ class SlotDecoder:
         self.host_pos += [0] * (rows - self.rows)
         self.rows, self.capacity = rows, capacity
         self._graphs.clear()  # they read the old buffers
+        if self.graphs:
+            # The dropped graphs' pool outlives them (its memory is given back lazily) with no
+            # user left, and a capture into a pool in that state fails an allocator assert
+            # (seen on an H100: every engine fell back to eager). New graphs take a new pool.
+            self._mempool = torch.cuda.graph_pool_handle()
 
 
 def _round_up(n: int) -> int:

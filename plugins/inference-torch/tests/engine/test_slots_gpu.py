@@ -7,6 +7,7 @@ Skipped without CUDA (CI has none); run on the device with
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,29 @@ def test_an_engine_on_cuda_picks_slots_for_a_dense_model(model):
     assert Engine(m, tok, max_model_len=256, eos_ids=set())._dec is not None
     assert Engine(m, tok, max_model_len=256, eos_ids=set(), cuda_graphs=False)._dec is None
     assert Engine(m, tok, max_model_len=256, eos_ids=set(), cuda_graphs=False, slots=True)._dec.graphs is False
+
+
+def test_graphs_are_captured_again_after_the_pool_grows(model):
+    """Rows that outgrow the first 128-column block grow the pool, which drops the graphs
+    captured so far; the next steps capture new ones (the engine does not fall back to eager
+    decoding) and still give eager decoding's tokens."""
+    from prl_inference_torch.engine import Engine
+    from prl_inference_torch.request import GenParams, Request
+
+    m, tok = model
+    work = [(list(range(3 + i, 40 + i)), GenParams(max_tokens=300, temperature=0.0, ignore_eos=True)) for i in range(3)]
+    engine = Engine(m, tok, max_model_len=2048, eos_ids=set(), max_batch_size=4, slots=True)
+    engine.start()
+    reqs = [Request(p, params) for p, params in work]
+    done = threading.Event()
+    for r in reqs:
+        r.wake = lambda: done.set() if all(x.done for x in reqs) else None
+        engine.submit(r)
+    try:
+        assert done.wait(120), "engine did not finish"
+    finally:
+        engine.shutdown()
+    assert engine._dec.capacity > 128  # the pool grew while graphs were in use
+    assert engine._dec.graphs and engine._dec._graphs  # and decoding went on in graphs
+    eager = run(m, tok, work, slots=False, rows=4)
+    assert [[c.token_ids for c in r.completions] for r in reqs] == [[t for t, _, _ in row] for row in eager]
