@@ -122,3 +122,21 @@ def test_sft_in_process_writes_trainer_log_and_honours_env_vars(
     (line,) = (tmp_path / "s" / "logs" / "attempt_1" / "trainer.log").read_text().splitlines()
     assert json.loads(line)["message"] == "sft step 1/1 loss 0.5"
     assert "PRL_LOG_FILE" not in os.environ
+
+
+def test_a_closed_earlier_stderr_does_not_break_later_lines(monkeypatch, capsys):
+    """A runner that captures stderr per call (the CLI test runner, a notebook cell) hands
+    the handler a stream it later closes; the next call's lines must still come out."""
+    import io
+    import sys
+
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    setup_logging(LogConfig())
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("prl.test").warning("still heard")
+    logging.getLogger("httpx2").info("HTTP Request: GET http://hub/api/models/x")
+    assert "still heard" in second.getvalue()
+    assert "Logging error" not in second.getvalue() and "HTTP Request" not in second.getvalue()

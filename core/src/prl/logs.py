@@ -78,6 +78,28 @@ def _formatter(json_logging: bool) -> logging.Formatter:
     return fmt
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to the ``sys.stderr`` of the moment, not the one it was built with: a process
+    that swaps stderr (a test runner capturing output, a redirect) and later closes the old
+    stream would otherwise see every later line fail with a logging error."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it; stderr is read live
+        pass
+
+
+# HTTP clients log every request at info (the hub client, the env-server client); a user
+# asked for info wants prl's lines, so these speak from warning unless debug is asked for.
+_CHATTY = ("httpx", "httpx2", "httpcore", "urllib3")
+
+
 def _rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
@@ -91,7 +113,7 @@ def setup_logging(log: Any, file: str | os.PathLike | None = None) -> None:
     for handler in [h for h in root.handlers if getattr(h, _OURS, False)]:
         root.removeHandler(handler)
         handler.close()
-    console = logging.StreamHandler(sys.stderr)
+    console = _Stderr()
     console.addFilter(_not_file_only)
     handlers: list[logging.Handler] = [console]
     target = file or os.environ.get(LOG_FILE_ENV)
@@ -103,6 +125,8 @@ def setup_logging(log: Any, file: str | os.PathLike | None = None) -> None:
         setattr(handler, _OURS, True)
         root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
     _current.update({"PRL_LOG_LEVEL": level.lower(), JSON_ENV: "1" if json_logging else "0"})
 
 
