@@ -90,7 +90,7 @@ def test_image_parts_become_placeholders_in_order(tmp_path):
     assert out[0] == messages[0] and out[2] == messages[2]
     assert out[1] == {"role": "user", "content": f"{PLACEHOLDER} and {PLACEHOLDER}"}
     assert [i.tobytes() for i in images] == [red.tobytes(), blue.tobytes()]
-    with pytest.raises(ImageError, match="expected type text, image_url or image"):
+    with pytest.raises(ImageError, match="expected type text, image_url, input_image or image"):
         split_images([{"role": "user", "content": [{"type": "audio"}]}])
 
 

@@ -35,6 +35,7 @@ from prl_inference_torch.request import Completion, GenParams, Request  # noqa: 
 from prl_inference_torch.routes import RouteRecorder
 from prl_inference_torch.sampling import prompt_logprobs, sample
 from prl_inference_torch.slots import SlotDecoder, plain_head, supports_slots
+from prl_inference_torch.vision import decode_positions, is_vision_model, prefill_inputs
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,12 @@ log = logging.getLogger(__name__)
 # 1/PREFILL_GATHER of the running ones, or after PREFILL_HOLD decode steps of waiting.
 PREFILL_GATHER = 8
 PREFILL_HOLD = 8
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's config (a vision-language model nests it as ``text_config``)."""
+    get = getattr(config, "get_text_config", None)
+    return get() if get is not None else config
 
 
 @dataclass
@@ -80,7 +87,9 @@ class Engine:
         self.lora = lora
         # The running batch's cache: attention keys/values, plus linear-attention state for a
         # hybrid model (Qwen3.5); a layer kind neither handles is refused here, at load.
-        self._cache_cls = cache_class(model.config)
+        self._cache_cls = cache_class(_text_config(model.config))
+        # a vision-language model: prompts may carry pixels, positions are 3-D (vision.py)
+        self._vision = is_vision_model(model)
         # return_routed_experts: the routers' choices of every forward (routing replay)
         self.routes = RouteRecorder(model) if record_routes else None
         self.version = 0
@@ -100,7 +109,9 @@ class Engine:
         # forces the choice (the tests run the slot path on the CPU, eagerly).
         if slots is None:
             slots = cuda_graphs and self.device.type == "cuda" and supports_slots(model) and self._cache_cls is BatchKV
-        if record_routes:
+        if record_routes or self._vision:
+            # routes are recorded in batch-row order, the slot path's is slot order; the slot
+            # decoder keeps 1-D positions, an image row's are 3-D
             slots = False  # routes are recorded in batch-row order, the slot path's is slot order
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
         # prompts prefilled straight into their slots, unless the logits need more than the
@@ -263,15 +274,13 @@ class Engine:
             mask[i, longest - len(req.prompt_ids) :] = True
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        inputs, deltas = prefill_inputs(self.model, ids, mask, positions, [r.pixels for r in chunk])
         self._set_lora([r.adapter for r in chunk])
         out = self.model(
-            input_ids=ids,
-            attention_mask=mask.long(),
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=0 if want_all else 1,
+            input_ids=ids, attention_mask=mask.long(), use_cache=True, logits_to_keep=0 if want_all else 1, **inputs
         )
         for i, req in enumerate(chunk):
+            req.rope_delta = deltas[i]
             req.version = self.version
             req.seed_rows(self.device)
             if want_all:
@@ -331,9 +340,12 @@ class Engine:
         ones = torch.ones(kv.rows, 1, dtype=torch.bool, device=self.device)
         self._set_lora([r.adapter for r, _ in self._rows])
         cache = kv.as_cache()
+        pos = kv.pos[:, None]
+        if self._vision:
+            pos = decode_positions(kv.pos, torch.tensor([r.rope_delta for r, _ in self._rows], device=self.device))
         out = self.model(
             input_ids=last[:, None],
-            position_ids=kv.pos[:, None],
+            position_ids=pos,
             attention_mask=torch.cat([kv.mask, ones], 1).long(),
             past_key_values=cache,
             use_cache=True,

@@ -10,6 +10,7 @@ import torch
 
 from prl_inference_torch.engine import Engine
 from prl_inference_torch.server import ServerState
+from prl_inference_torch.vision import Vision, is_vision_dir
 from prl_inference_torch.weights import LoraSet
 
 if TYPE_CHECKING:
@@ -47,8 +48,20 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+def _vision(name: str, model: Any) -> Vision | None:
+    """The image processor of a vision-language model; without one it serves text only."""
+    try:
+        vision = Vision.load(name, model)
+    except OSError as exc:
+        log.warning("%s has a vision tower but no image processor (%s): image parts will be refused", name, exc)
+        return None
+    if vision is not None:
+        log.info("%s sees images: chat messages may carry image parts", name)
+    return vision
+
+
 def load_state(cfg: InferenceConfig, api_key: str | None) -> ServerState:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     b = cfg.backend
     if b.num_threads:
@@ -62,8 +75,12 @@ def load_state(cfg: InferenceConfig, api_key: str | None) -> ServerState:
         register()
     if not Path(name).is_dir():
         log.warning("model.name '%s' is not a local directory; transformers will try its hub cache", name)
-    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, attn_implementation=b.attn_implementation)
+    # an image-text model (Qwen3.5 / Qwen3-VL) loads with its vision tower, so chat requests
+    # may carry images (vision.py); its text-only class would drop the tower
+    auto = AutoModelForImageTextToText if is_vision_dir(name) else AutoModelForCausalLM
+    model = auto.from_pretrained(name, dtype=dtype, attn_implementation=b.attn_implementation)
     model.to(device).eval().requires_grad_(False)
+    vision = _vision(name, model)
     tok_cfg = cfg.tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg.name or name, trust_remote_code=tok_cfg.trust_remote_code)
     template = tok_cfg.chat_template
@@ -98,4 +115,5 @@ def load_state(cfg: InferenceConfig, api_key: str | None) -> ServerState:
         limits=cfg.server.limits,
         admin_timeout=cfg.server.admin_timeout,
         mask_top_k=b.mask_top_k,
+        vision=vision,
     )

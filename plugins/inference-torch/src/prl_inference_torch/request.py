@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from prl.images import PixelInputs
 from prl_inference_torch.sampling import RowSampling
 
 
@@ -58,8 +59,12 @@ class Request:
         params: GenParams,
         adapter: str | None = None,
         wake: Callable[[], None] = lambda: None,
+        pixels: PixelInputs | None = None,
     ) -> None:
         self.prompt_ids = prompt_ids
+        self.pixels = pixels  # the prompt's images (a vision-language model), prl.images
+        # where its 3-D rotary positions run behind its token count after an image (vision.py)
+        self.rope_delta = 0
         self.params = params
         self.adapter = adapter
         self.wake = wake

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException
 from prl.aio import wait_event
 from prl.config.components import ServerLimitsConfig
 from prl.contracts.http import ApiError
+from prl.images import PixelInputs
 from prl.serving import error_responses, openapi_as_served
 from prl.serving_limits import (
     BodyLimit,
@@ -54,6 +55,7 @@ from prl_inference_torch.protocol import (
     document_limits,
     gen_params,
 )
+from prl_inference_torch.vision import Vision, refuse_images
 from prl_inference_torch.weights import LoraSet
 
 log = logging.getLogger("prl_inference_torch")
@@ -78,6 +80,7 @@ class ServerState:
     limits: ServerLimitsConfig = field(default_factory=ServerLimitsConfig)
     budget: TokenBudget | None = None
     mask_top_k: int | None = None  # top_k injected into generate requests with top_p alone
+    vision: Vision | None = None  # a vision-language model's image processor (vision.py)
 
     def __post_init__(self) -> None:
         if self.budget is None:
@@ -215,14 +218,14 @@ def _openai_routes(app: FastAPI, state: ServerState) -> None:
     async def chat(body: ChatRequest, request: Request) -> Any:
         adapter = state.adapter_for(body.model)
         want, field_name = _chat_max_tokens(state, body)
-        ids = await asyncio.to_thread(_chat_prompt, state, body)
+        ids, pixels = await asyncio.to_thread(_chat_prompt, state, body)
         check_request(state.limits, n=body.n, prompt_lens=[len(ids)], max_tokens=want, field=field_name)
         top = (body.top_logprobs or 0) if body.logprobs else None
         if body.top_logprobs and not body.logprobs:
             raise ApiError("top_logprobs needs logprobs: true")
         want = default_max_tokens(state.limits, want, len(ids), state.max_model_len)
         params = gen_params(body, len(ids), state.max_model_len, logprobs=top, max_tokens=want)
-        req = EngineRequest(ids, params, adapter)
+        req = EngineRequest(ids, params, adapter, pixels=pixels)
         if body.stream:
             return await _stream(state, req, body, chat=True)
         async with state.budget.hold(_tokens(req)):
@@ -264,26 +267,17 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
-IMAGE_PARTS = ("image_url", "image", "input_image")
-
-
-def _refuse_images(messages: list[dict[str, Any]]) -> None:
-    """A chat template would render an image part as a placeholder with no pixels behind
-    it, and the model would answer as if it had seen nothing: refused in one line instead."""
-    for i, msg in enumerate(messages):
-        parts = msg.get("content")
-        for j, part in enumerate(parts if isinstance(parts, list) else []):
-            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
-                raise ApiError(
-                    f"messages[{i}].content[{j}]: image input is not supported by the torch engine yet "
-                    "(it serves text; see docs/vlm.md)"
-                )
-
-
-def _chat_prompt(state: ServerState, body: ChatRequest) -> list[int]:
-    kwargs = dict(body.chat_template_kwargs or {})
+def _chat_prompt(state: ServerState, body: ChatRequest) -> tuple[list[int], PixelInputs | None]:
+    """The prompt's token ids, and its images' pixels when the model sees images."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    _refuse_images(messages)
+    if state.vision is None:
+        refuse_images(messages, state.model_name)
+        return _chat_text(state, body, messages), None
+    return state.vision.render(messages, lambda msgs: _chat_text(state, body, msgs))
+
+
+def _chat_text(state: ServerState, body: ChatRequest, messages: list[dict[str, Any]]) -> list[int]:
+    kwargs = dict(body.chat_template_kwargs or {})
     try:
         text = state.tokenizer.apply_chat_template(
             messages,
