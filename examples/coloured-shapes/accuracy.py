@@ -7,13 +7,13 @@ on the second, about the share of rows whose swapped-in image has the same colou
 beside it); a model that guesses scores about 0.2 on both.
 """
 
-import copy
 import json
 import sys
 from pathlib import Path
 
 import torch
 from prl_trainer_torch.vision_rows import VisionRowRenderer
+from sft_data import swapped
 from transformers import AutoModelForImageTextToText, AutoTokenizer
 
 from prl.config.policy import VLMConfig
@@ -43,17 +43,12 @@ def main(model_dir: str, val: Path) -> None:
     rows = VisionRowRenderer(SFTDataConfig(name=str(val)), renderer, model_dir, VLMConfig())
     tok = AutoTokenizer.from_pretrained(model_dir)
     data = [json.loads(line) for line in val.read_text().splitlines()]
-    swapped = []
-    for i, row in enumerate(data):
-        other = copy.deepcopy(row)
-        other["prompt"][-1]["content"][0] = data[(i + 1) % len(data)]["prompt"][-1]["content"][0]
-        swapped.append(other)
-    same = sum(data[i]["completion"] == data[(i + 1) % len(data)]["completion"] for i in range(len(data)))
+    others, same = swapped(data)
     own = sum(first_token_right(model, rows, tok, r) for r in data) / len(data)
-    other = sum(first_token_right(model, rows, tok, r) for r in swapped) / len(data)
+    other = sum(first_token_right(model, rows, tok, r) for r in others) / len(data)
     print(
         f"{model_dir}: {len(data)} rows; answer right with its own image {own:.2f}, "
-        f"with the next row's image {other:.2f} (that image shows the same colour in {same / len(data):.2f})"
+        f"with the next row's image {other:.2f} (that image shows the same colour in {same:.2f})"
     )
 
 

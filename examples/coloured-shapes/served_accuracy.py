@@ -8,13 +8,13 @@ the row's colour. Then again with the next row's image swapped in. A server
 that dropped the images would score about 0.2 on both.
 """
 
-import copy
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from sft_data import swapped
 
 
 def right(client: httpx.Client, row: dict) -> bool:
@@ -29,19 +29,14 @@ def right(client: httpx.Client, row: dict) -> bool:
 
 def main(base_url: str, val: Path) -> None:
     data = [json.loads(line) for line in val.read_text().splitlines()]
-    swapped = []
-    for i, row in enumerate(data):
-        other = copy.deepcopy(row)
-        other["prompt"][-1]["content"][0] = data[(i + 1) % len(data)]["prompt"][-1]["content"][0]
-        swapped.append(other)
-    same = sum(data[i]["completion"] == data[(i + 1) % len(data)]["completion"] for i in range(len(data)))
+    others, same = swapped(data)
     # requests in flight together: the server batches them
     with httpx.Client(base_url=base_url, timeout=300) as client, ThreadPoolExecutor(16) as pool:
         own = sum(pool.map(lambda r: right(client, r), data)) / len(data)
-        other = sum(pool.map(lambda r: right(client, r), swapped)) / len(data)
+        other = sum(pool.map(lambda r: right(client, r), others)) / len(data)
     print(
         f"{base_url}: {len(data)} rows; reply right with its own image {own:.2f}, "
-        f"with the next row's image {other:.2f} (that image shows the same colour in {same / len(data):.2f})"
+        f"with the next row's image {other:.2f} (that image shows the same colour in {same:.2f})"
     )
 
 

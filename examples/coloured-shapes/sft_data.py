@@ -13,6 +13,7 @@ The colour is only in the image, so a model can beat a one-in-five guess only by
 """
 
 import base64
+import copy
 import io
 import json
 import random
@@ -46,6 +47,19 @@ def row(rng: random.Random) -> dict:
         {"type": "text", "text": "What colour is the shape?"},
     ]
     return {"prompt": [{"role": "user", "content": content}], "completion": colour}
+
+
+def swapped(data: list[dict]) -> tuple[list[dict], float]:
+    """Each row with the next row's image in place of its own (what ``accuracy.py`` and
+    ``served_accuracy.py`` ask second), and the share of rows whose swapped-in image shows
+    the same colour: what a model that follows the image scores on them."""
+    out = []
+    for i, r in enumerate(data):
+        other = copy.deepcopy(r)
+        other["prompt"][-1]["content"][0] = data[(i + 1) % len(data)]["prompt"][-1]["content"][0]
+        out.append(other)
+    same = sum(data[i]["completion"] == data[(i + 1) % len(data)]["completion"] for i in range(len(data)))
+    return out, same / len(data)
 
 
 def main(out: Path) -> None:
