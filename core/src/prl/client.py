@@ -6,7 +6,9 @@ scoring and the admin calls the orchestrator makes around a weight update. Torch
 Wire format (what every backend serves; ``prl.testing.inference_contract`` checks it):
 
 * ``POST /inference/v1/generate`` ``{"token_ids", "sampling_params": {temperature, top_p,
-  top_k, max_tokens, stop, seed, n, logprobs, prompt_logprobs}, "model"?}`` answers
+  top_k, max_tokens, stop, seed, n, logprobs, prompt_logprobs}, "model"?, "images"?}``
+  (``images``: URLs of a vision-language prompt's images, one placeholder token each in
+  ``token_ids``; the answer's ``prompt_token_ids`` is the prompt with them widened) answers
   ``{"choices": [{"token_ids", "logprobs": {"content": [{"token_id", "logprob"}]},
   "finish_reason", "weight_versions"?, "sampling_mask"?, "sampling_mask_logprobs"?,
   "routed_experts"?}], "prompt_logprobs"?, "version"?}`` (``routed_experts``: per
@@ -174,23 +176,37 @@ class InferenceHTTPClient:
         return _checked(resp, "POST", path)
 
     # ----- sampling ---------------------------------------------------------------------
-    async def generate(self, prompt_ids: list[int], sampling: Sampling, *, model: str | None = None) -> Generation:
-        """Token-in/token-out sampling with the logprob of every sampled token."""
-        return (await self.generate_n(prompt_ids, sampling, 1, model=model))[0]
+    async def generate(
+        self, prompt_ids: list[int], sampling: Sampling, *, model: str | None = None, images: list[str] | None = None
+    ) -> Generation:
+        """Token-in/token-out sampling with the logprob of every sampled token (``images``:
+        see :meth:`prl.contracts.inference.InferenceClient.generate`)."""
+        return (await self.generate_n(prompt_ids, sampling, 1, model=model, images=images))[0]
 
     async def generate_n(
-        self, prompt_ids: list[int], sampling: Sampling, n: int, *, model: str | None = None
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        n: int,
+        *,
+        model: str | None = None,
+        images: list[str] | None = None,
     ) -> list[Generation]:
         """``n`` completions of one prompt, prefilled once on the server."""
-        body = await self._post(
-            "/inference/v1/generate",
-            {
-                "token_ids": list(prompt_ids),
-                "model": model or self.model,
-                "sampling_params": sampling_params(sampling, n=n, logprobs=0),
-            },
-        )
-        return [choice_generation(body, c) for c in body["choices"]]
+        request = {
+            "token_ids": list(prompt_ids),
+            "model": model or self.model,
+            "sampling_params": sampling_params(sampling, n=n, logprobs=0),
+        }
+        if images:
+            request["images"] = list(images)
+        body = await self._post("/inference/v1/generate", request)
+        gens = [choice_generation(body, c) for c in body["choices"]]
+        widened = body.get("prompt_token_ids")
+        if images and widened is not None and list(widened) != list(prompt_ids):
+            for gen in gens:
+                gen.prompt_token_ids = list(widened)
+        return gens
 
     async def score(self, token_ids: list[int], *, model: str | None = None) -> list[float | None]:
         """Prefill scoring: logprob of every token given the ones before it (None for the first)."""

@@ -83,6 +83,37 @@ def split_images(messages: list[dict], base_dir: Path | None = None) -> tuple[li
     """(messages with every image part replaced by :data:`PLACEHOLDER` and list contents
     joined into one string, the loaded images in order of appearance). Raises
     :class:`ImageError` for an image that cannot be read."""
+    return _split(messages, lambda part: load_image(image_ref(part), base_dir))
+
+
+def split_image_refs(messages: list[dict], base_dir: Path | None = None) -> tuple[list[dict], list[str]]:
+    """Like :func:`split_images`, but the images stay references to send to a server: a
+    ``data:`` or ``http(s)://`` URL as it is, a local file (a path or ``file://`` URL)
+    read into a ``data:`` URL, an image object encoded as PNG. Raises :class:`ImageError`
+    for a file that cannot be read."""
+    return _split(messages, lambda part: _as_url(image_ref(part), base_dir))
+
+
+def _as_url(ref: Any, base_dir: Path | None) -> str:
+    if isinstance(ref, str) and ref.startswith(("data:", "http://", "https://")):
+        return ref
+    image = load_image(ref, base_dir)  # a file or an image object: sent as pixels, PNG-encoded
+    buf = io.BytesIO()
+    image.save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def has_image_parts(messages: list[dict]) -> bool:
+    """Whether any message carries an image part."""
+    return any(
+        isinstance(part, dict) and part.get("type") in IMAGE_PARTS
+        for msg in messages
+        if isinstance(msg.get("content"), list)
+        for part in msg["content"]
+    )
+
+
+def _split(messages: list[dict], take: Any) -> tuple[list[dict], list]:
     out, images = [], []
     for msg in messages:
         content = msg.get("content")
@@ -93,7 +124,7 @@ def split_images(messages: list[dict], base_dir: Path | None = None) -> tuple[li
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in IMAGE_PARTS:
-                images.append(load_image(image_ref(part), base_dir))
+                images.append(take(part))
                 text.append(PLACEHOLDER)
             elif kind == "text":
                 text.append(str(part.get("text", "")))

@@ -39,6 +39,10 @@ class Generation:
     # position that predicted it, flattened layer by layer (layers x top_k ids); None when
     # the server did not return them.
     routed_experts: list[list[int]] | None = None
+    # The prompt as the server ran it, when that differs from the ids sent: a prompt with
+    # images holds one placeholder token per image, which the server widens to the image's
+    # patch tokens. None when the prompt ran as sent.
+    prompt_token_ids: list[int] | None = None
 
 
 @dataclass

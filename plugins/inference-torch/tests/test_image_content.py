@@ -158,3 +158,39 @@ def test_text_parts_still_work(inference_server):
     res = _chat(inference_server, [{"type": "text", "text": "What colour?"}])
     assert res.status_code == 200, res.text
     assert res.json()["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def _generate(url: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{url}/inference/v1/generate", json=body, timeout=120)
+
+
+def test_the_token_route_widens_placeholders_and_answers_as_the_chat_route(vl_server):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    chat = _chat(SimpleNamespace(base_url=vl_server), [QUESTION, _image("green")], max_tokens=6, temperature=0).json()
+    widened = chat["prompt_token_ids"]
+    tok = AutoTokenizer.from_pretrained(json.loads(httpx.get(f"{vl_server}/v1/models").text)["data"][0]["id"])
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    one = [t for i, t in enumerate(widened) if t != pad or widened[i - 1] != pad]  # one pad per image
+    sampling = {"max_tokens": 6, "temperature": 0}
+    res = _generate(vl_server, {"token_ids": one, "images": [_png("green")], "sampling_params": sampling})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert body["prompt_token_ids"] == widened
+    assert body["choices"][0]["token_ids"] == chat["choices"][0]["token_ids"]
+    # sent back already widened (a later turn), it is taken as it is
+    again = _generate(vl_server, {"token_ids": widened, "images": [_png("green")], "sampling_params": sampling})
+    assert again.json()["choices"][0]["token_ids"] == chat["choices"][0]["token_ids"]
+    # one placeholder, two images
+    bad = _generate(vl_server, {"token_ids": one, "images": [_png("green")] * 2, "sampling_params": sampling})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith("token_ids: the rendered sample has 1 image placeholders for 2")
+
+
+def test_a_text_model_refuses_images_on_the_token_route(inference_server):
+    res = _generate(inference_server.base_url, {"token_ids": [1, 2, 3], "images": [_png("red")]})
+    assert res.status_code == 400
+    assert res.json()["error"]["message"].startswith("images: ")
+    assert "is a text model and cannot see images" in res.json()["error"]["message"]

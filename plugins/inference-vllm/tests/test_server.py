@@ -44,6 +44,7 @@ def test_generate_rejects_bad_input_with_400s(http: httpx.Client, vllm_server) -
         ({"token_ids": [1, 2], "sampling_params": {"logprobs": 99}}, 400, "logprobs"),
         ({"token_ids": [1, 2], "sampling_params": {"top_p": 0}}, 400, "top_p"),
         ({"token_ids": [1, 2], "model": "nobody"}, 404, "not served here"),
+        ({"token_ids": [1, 2], "images": ["data:image/png;base64,iVBORw0KGgo="]}, 400, "images: the vllm backend"),
         ([1, 2, 3], 400, "JSON object"),
     ]
     for body, status, words in cases:

@@ -1,6 +1,7 @@
-"""``prl rl`` with a taskset that puts images in its prompts (coloured-shapes) trains only a
-model declared to see them: without ``[model.vlm]`` the images would be left out of every
-prompt without a word, so the config is refused in one line naming the source."""
+"""A taskset that puts images in its prompts (coloured-shapes) in ``prl rl`` and ``prl eval``:
+refused in one line naming the source wherever the images could not be used as sent (a text
+model; RL, whose trainer does not take pixels yet), accepted by ``prl eval`` on a
+vision-language model."""
 
 from __future__ import annotations
 
@@ -38,28 +39,29 @@ def test_an_image_taskset_on_a_text_model_is_refused_in_one_line(tmp_path, model
     )
 
 
-def test_an_image_taskset_on_a_vision_language_model_resolves(tmp_path, models):
+def test_rl_on_an_image_taskset_is_refused_until_the_trainer_takes_pixels(tmp_path, models):
+    """The sampler would see the images and the RL trainer would not: refused in one line."""
     res = _rl(tmp_path, models["tiny-qwen3.5-vl"], "--orchestrator.train.source", SHAPES, "--model.vlm", "true")
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        "Config file error: --orchestrator.train.source[0].env.taskset: coloured-shapes sends images in its "
+        "prompts: RL with images is not supported yet (the RL trainer does not take pixels); prl sft and "
+        "prl eval take them (docs/vlm.md)"
+    )
+    # a text taskset on a vision-language or a text model is not concerned
+    res = _rl(tmp_path / "vl", models["tiny-qwen3.5-vl"], "--model.vlm", "true")
     assert res.exit_code == 0, res.output
-    # a text taskset on a text model is not concerned
     res = _rl(tmp_path / "text", models["tiny"])
     assert res.exit_code == 0, res.output
 
 
-def test_a_source_that_sends_images_says_the_model_will_not_see_them(caplog):
-    from prl.config.components import SourceConfig
-    from prl.envs.source import EnvSource
-
-    shapes = SourceConfig.model_validate({"name": "cs", "env": {"taskset": {"id": "coloured-shapes"}}})
-    with caplog.at_level("WARNING", logger="prl.envs.source"):
-        EnvSource(shapes, "eval", None)
-    (record,) = [r for r in caplog.records if r.name == "prl.envs.source"]
-    assert record.getMessage() == (
-        "source cs: coloured-shapes puts images in its prompts, and no renderer passes pixels to the model yet: "
-        "the model sees the text alone (docs/vlm.md)"
+def test_eval_of_an_image_taskset_on_a_text_model_is_refused_in_one_line(tmp_path, models):
+    argv = ["eval", "coloured-shapes", "--output-dir", str(tmp_path), "--dry-run"]
+    res = CliRunner().invoke(app, [*argv, "--model.name", str(models["tiny"])])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (
+        "Config file error: --source[0].env.taskset: coloured-shapes sends images in its prompts and "
+        f"{models['tiny']} is a text model (its config has no vision_config): evaluate a vision-language model"
     )
-    caplog.clear()
-    text = SourceConfig.model_validate({"name": "rt", "env": {"taskset": {"id": "reverse-text"}}})
-    with caplog.at_level("WARNING", logger="prl.envs.source"):
-        EnvSource(text, "eval", None)
-    assert not [r for r in caplog.records if r.name == "prl.envs.source"]
+    res = CliRunner().invoke(app, [*argv, "--model.name", str(models["tiny-qwen3.5-vl"])])
+    assert res.exit_code == 0, res.output

@@ -39,16 +39,21 @@ def _wait_file(path: Path, proc: subprocess.Popen, log: Path, seconds: float = 1
     return path.read_text().strip()
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
+def _serve(tmp_path_factory, preset: str, backend: dict | None = None):
     from prl_model_init import make_model
 
     work = tmp_path_factory.mktemp("inference")
-    model = str(make_model(work / "tiny", preset="tiny", seed=0))
+    model = str(make_model(work / preset, preset=preset, seed=0))
     cfg = {
         "model": {"name": model},
         "server": {"port": 0},
-        "backend": {"type": "torch", "ready_file": str(work / "ready"), "max_batch_size": 8, "max_prefill_tokens": 512},
+        "backend": {
+            "type": "torch",
+            "ready_file": str(work / "ready"),
+            "max_batch_size": 8,
+            "max_prefill_tokens": 512,
+            **(backend or {}),
+        },
     }
     (work / "inference.json").write_text(json.dumps(cfg))
     log = work / "server.log"
@@ -64,6 +69,16 @@ def server(tmp_path_factory):
     yield {"url": url, "model": model}
     proc.terminate()
     proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    yield from _serve(tmp_path_factory, "tiny")
+
+
+@pytest.fixture(scope="module")
+def vl_server(tmp_path_factory):
+    yield from _serve(tmp_path_factory, "tiny-qwen3.5-vl", {"dtype": "float32"})
 
 
 def renderer_for(model: str):
@@ -123,25 +138,73 @@ def test_builtin_rollouts_carry_exact_server_tokens(server):
     asyncio.run(scenario())
 
 
-@pytest.mark.slow
-def test_coloured_shapes_on_a_text_model_drops_the_image_part(server):
-    """Today's text path: the auto renderer (qwen3 here) renders the question and leaves the
-    image part out, silently; the rollout runs and is scored, the image stays in its messages."""
+def _shapes_rollout(server, **taskset):
     renderer = renderer_for(server["model"])
-    source = {"name": "cs", "env": {"taskset": {"id": "coloured-shapes", "num_eval": 1}}}
+    source = {"name": "cs", "env": {"taskset": {"id": "coloured-shapes", "num_eval": 2, **taskset}}}
 
     async def scenario():
         async with InferenceHTTPClient(server["url"], model=server["model"]) as client:
             env = EnvSource(SourceConfig.model_validate(source), "eval", None)
             await env.start()
-            task = env.tasks()[0]
-            return task, await env.rollout(task, client, renderer, Sampling(max_tokens=4), 0)
+            tasks = env.tasks()
+            traces = [await env.rollout(t, client, renderer, Sampling(max_tokens=6, temperature=0.0), 0) for t in tasks]
+            return tasks, traces
 
-    task, trace = asyncio.run(scenario())
-    _check_branch_alignment(trace)
-    prompt = renderer.tokenizer.decode(renderer.render_ids(task.prompt, add_generation_prompt=True))
-    assert task.data["question"] in prompt and "data:image" not in prompt and "vision" not in prompt
-    assert trace.messages[1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    return asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_coloured_shapes_on_a_text_model_fails_with_the_servers_refusal(server):
+    """A text model cannot see the image: the rollout fails with the server's one line,
+    instead of being scored on the question alone."""
+    _, (trace, _) = _shapes_rollout(server)
+    assert not trace.ok
+    assert "images: " in trace.error and "is a text model and cannot see images" in trace.error
+
+
+@pytest.mark.slow
+def test_coloured_shapes_rollouts_send_the_image_with_the_prompt(vl_server):
+    """On a vision-language model the rollout's prompt goes through the token route with
+    its image: the branch holds the widened prompt (16 patch tokens for the 64x64 image),
+    and the sampled tokens and logprobs are the chat route's for the same messages (the chat
+    route's answers equal transformers' own, test_image_content.py)."""
+    import httpx
+
+    image_token = json.loads((Path(vl_server["model"]) / "config.json").read_text())["image_token_id"]
+    tasks, traces = _shapes_rollout(vl_server, question="colour", min_shapes=2, max_shapes=2)
+    lps = []
+    for task, trace in zip(tasks, traces, strict=True):
+        _check_branch_alignment(trace)
+        (branch,) = trace.branches
+        assert branch.token_ids.count(image_token) == 16
+        assert branch.roles[branch.token_ids.index(image_token)] == "user"
+        sampled = [t for t, s in zip(branch.token_ids, branch.sampled_mask, strict=True) if s]
+        body = {"messages": task.prompt, "max_tokens": 6, "temperature": 0, "logprobs": True}
+        chat = httpx.post(f"{vl_server['url']}/v1/chat/completions", json=body, timeout=120).json()["choices"][0]
+        assert sampled == chat["token_ids"]
+        served = [e["logprob"] for e in chat["logprobs"]["content"]]
+        lps.append([lp for lp, s in zip(branch.logprobs, branch.sampled_mask, strict=True) if s])
+        assert lps[-1] == pytest.approx(served, abs=1e-4)
+    assert lps[0] != pytest.approx(lps[1], abs=1e-4)  # two images, two answers
+
+
+@pytest.mark.slow
+def test_prl_eval_of_coloured_shapes_on_a_vision_language_model(vl_server, tmp_path):
+    cfg = EvalConfig.model_validate(
+        {
+            "output_dir": str(tmp_path),
+            "run": {"name": "ev"},
+            "model": {"name": vl_server["model"]},
+            "client": {"base_url": vl_server["url"]},
+            "num_examples": 3,
+            "sampling": {"max_completion_tokens": 6},
+            "source": [{"name": "cs", "env": {"taskset": {"id": "coloured-shapes"}}}],
+        }
+    )
+    assert run_eval(cfg, tmp_path / "ev") == 0
+    summary = json.loads((tmp_path / "ev" / "results" / "cs.json").read_text())
+    assert summary["eval/cs/num_rollouts"] == 3
+    assert summary["eval/cs/num_failed"] == 0 and summary["failed_rollouts"] == 0, summary
 
 
 @pytest.mark.slow

@@ -25,7 +25,13 @@ from prl.cli.placement import (
 from prl.config.errors import ConfigError, HostError
 from prl.config.help import render_help
 from prl.config.launcher_sections import sections_set
-from prl.config.model_paths import check_image_sources, check_renderers, check_trained_model, needs_of
+from prl.config.model_paths import (
+    check_eval_image_sources,
+    check_image_sources,
+    check_renderers,
+    check_trained_model,
+    needs_of,
+)
 from prl.config.resolve import Resolved, resolve
 from prl.logs import LOG_FILE_ENV
 from prl.plugins import TRAINERS, Kind, PluginError, get_registry
@@ -340,6 +346,7 @@ def cmd_eval(argv: list[str]) -> int:
         check_server(cfg)  # before any download and the run directory: nothing to clean up
     _models_and_data(cfg, res, cfg.dry_run)
     check_renderers(cfg)
+    check_eval_image_sources(cfg)
     if cfg.run.name is None:
         cfg.run.name = generate_name([s.name for s in cfg.source], cfg.model.name)
     paths = _prepare("eval", cfg, res, {"eval": cfg})

@@ -4,6 +4,8 @@ serve the model they will be given. Checked at resolve time, before any process 
 
 from __future__ import annotations
 
+import json
+
 from prl.config.errors import ConfigError
 from prl.config.policy import TrainerModelConfig
 from prl.hub import Need, is_local, local_dir
@@ -61,22 +63,48 @@ def check_renderers(cfg: object) -> None:
 
 def check_image_sources(cfg: object) -> None:
     """``prl rl``: a source whose taskset puts images in its prompts
-    (:attr:`prl.contracts.taskset.Taskset.sends_images`) trains a text model only if the
-    config says the model sees images (``[model.vlm]``); otherwise the images would be left
-    out of every prompt without a word, so the run is refused as one line naming the source."""
+    (:attr:`prl.contracts.taskset.Taskset.sends_images`) is refused in one line naming it.
+    On a text model the images could not be seen; on a ``[model.vlm]`` model the sampler
+    would see them and the RL trainer, which does not take pixels yet, would not: every
+    importance ratio would compare two different inputs."""
     orch = getattr(cfg, "orchestrator", None)
     model = getattr(orch, "model", None)
-    if model is None or getattr(model, "vlm", None) is not None:
+    if model is None:
         return
     groups = [("train", getattr(orch, "train", None)), ("eval", getattr(orch, "eval", None))]
     for group, section in groups:
         for i, source in enumerate(getattr(section, "source", None) or []):
             taskset = source.env.taskset
-            if getattr(taskset.plugin_class(), "sends_images", False):
+            if not getattr(taskset.plugin_class(), "sends_images", False):
+                continue
+            where = f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts"
+            if getattr(model, "vlm", None) is None:
                 raise ConfigError(
-                    f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts "
-                    f"and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
+                    f"{where} and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
                 )
+            raise ConfigError(
+                f"{where}: RL with images is not supported yet (the RL trainer does not take pixels); "
+                "prl sft and prl eval take them (docs/vlm.md)"
+            )
+
+
+def check_eval_image_sources(cfg: object) -> None:
+    """``prl eval``: a source whose taskset puts images in its prompts, on a model that is
+    here and has no vision tower (no ``vision_config``), is refused in one line naming the
+    source; the server would refuse every rollout's images. A hub id not fetched yet is left
+    to the server."""
+    model = getattr(getattr(cfg, "model", None), "name", None)
+    where = local_dir(model) if isinstance(model, str) else None
+    config = where / "config.json" if where is not None else None
+    if config is None or not config.is_file() or "vision_config" in json.loads(config.read_text()):
+        return
+    for i, source in enumerate(getattr(cfg, "source", None) or []):
+        taskset = source.env.taskset
+        if getattr(taskset.plugin_class(), "sends_images", False):
+            raise ConfigError(
+                f"--source[{i}].env.taskset: {taskset.id} sends images in its prompts and {model} is a text "
+                "model (its config has no vision_config): evaluate a vision-language model"
+            )
 
 
 def check_trained_model(cfg: object) -> None:

@@ -83,7 +83,14 @@ class InferenceClient(Protocol):
     """What a taskset sees of the inference server during a rollout."""
 
     async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
-        """Token-in/token-out sampling with per-token logprobs."""
+        """Token-in/token-out sampling with per-token logprobs.
+
+        A prompt with images is sent as ``generate(prompt_ids, sampling, images=refs)``:
+        ``prompt_ids`` hold one image placeholder token per image and ``refs`` the images
+        (``data:`` or ``http(s)://`` URLs) in order; the returned generation's
+        ``prompt_token_ids`` is the prompt with each placeholder widened to the image's
+        patch tokens. Only a client of a server that takes images needs the keyword
+        (:class:`prl.client.InferenceClient` does)."""
         ...
 
     async def chat(self, messages: list[dict], sampling: Sampling) -> dict[str, Any]:

@@ -104,14 +104,6 @@ class EnvSource:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.attempt_config_dir = Path(attempt_config_dir) if attempt_config_dir is not None else None
         self.taskset = build_taskset(source)
-        if getattr(self.taskset, "sends_images", False):
-            # said once per source, so that a run or an eval on it is never silently blind
-            log.warning(
-                "source %s: %s puts images in its prompts, and no renderer passes pixels to the model yet: "
-                "the model sees the text alone (docs/vlm.md)",
-                self.name,
-                source.env.taskset.id,
-            )
         self._tasks: list[Task] | None = None
         self._remote: Any = None
         self._process: subprocess.Popen | None = None

@@ -26,6 +26,7 @@ from prl import live
 from prl.contracts.inference import InferenceClient
 from prl.contracts.renderer import Renderer
 from prl.contracts.taskset import Task
+from prl.images import has_image_parts, split_image_refs
 from prl.tasks.branches import add_observation, add_sampled, start_branch
 from prl.types import Branch, Generation, Sampling, Trace
 
@@ -44,6 +45,7 @@ class Conversation:
         self.truncated = False
         self._open: Branch | None = None  # branch the next turn extends, if any
         self._prompt_len = 0  # tokens of the open branch before its last completion
+        self._images: list[str] = []  # the open branch's images, sent with each turn
 
     async def sample(self, client: InferenceClient, sampling: Sampling) -> str:
         """Generate one assistant turn and return its text content."""
@@ -52,7 +54,12 @@ class Conversation:
         branch = self._open
         assert branch is not None
         self._prompt_len = len(branch.token_ids)
-        gen: Generation = await client.generate(list(branch.token_ids), sampling)
+        if self._images:
+            gen: Generation = await client.generate(list(branch.token_ids), sampling, images=self._images)  # type: ignore[call-arg]
+            if gen.prompt_token_ids is not None:
+                self._widen(branch, gen.prompt_token_ids)
+        else:
+            gen = await client.generate(list(branch.token_ids), sampling)
         add_sampled(branch, gen)
         self.turns += 1
         self.truncated = gen.finish_reason == "length"
@@ -72,6 +79,8 @@ class Conversation:
     def add(self, *messages: dict[str, Any]) -> None:
         """Append environment messages (user/tool) before the next ``sample``."""
         new = [dict(m) for m in messages]
+        if has_image_parts(new):
+            self._open = None  # the next turn re-renders the conversation with every image
         if self._open is not None:
             branch = self._open
             ids = self.renderer.bridge_to_next_turn(
@@ -84,15 +93,50 @@ class Conversation:
         self.messages.extend(new)
 
     def _start_branch(self, sampling: Sampling) -> None:
-        rendered = self.renderer.render(self.messages, add_generation_prompt=True)
+        # image parts render as one placeholder each; the images go with the prompt and the
+        # server widens each placeholder to the image's patch tokens (_widen)
+        messages, self._images = self.messages, []
+        if has_image_parts(self.messages):
+            messages, self._images = split_image_refs(self.messages)
+        rendered = self.renderer.render(messages, add_generation_prompt=True)
         branch = start_branch(
             rendered.token_ids, roles=rendered.roles, agent=self.agent, temperature=sampling.temperature
         )
         self.branches.append(branch)
         self._open = branch
 
+    def _widen(self, branch: Branch, prompt_ids: list[int]) -> None:
+        """Replace the prompt of a fresh ``branch`` by the server's widened one, so the
+        branch holds the very ids the policy saw; each widened run keeps its token's role."""
+        if len(branch.token_ids) != self._prompt_len:
+            raise ValueError("a branch is widened before its first completion only")
+        roles = None if branch.roles is None else _widened_roles(branch.token_ids, branch.roles, prompt_ids)
+        n = len(prompt_ids)
+        branch.token_ids, branch.sampled_mask, branch.logprobs = list(prompt_ids), [False] * n, [0.0] * n
+        branch.roles = roles
+        self._prompt_len = n
+
     def sampled_tokens(self) -> int:
         return sum(sum(b.sampled_mask) for b in self.branches)
+
+
+def _widened_roles(old: list[int], roles: list[str], new: list[int]) -> list[str]:
+    """Roles of ``new``, which is ``old`` with some tokens repeated in place (an image
+    placeholder widened to a run): a repeated token takes the role of the one it repeats."""
+    out: list[str] = []
+    j = 0
+    for i, (tok, role) in enumerate(zip(old, roles, strict=True)):
+        if j >= len(new) or new[j] != tok:
+            raise ValueError(f"the server's prompt differs from the one sent at token {i}")
+        out.append(role)
+        j += 1
+        following = old[i + 1] if i + 1 < len(old) else None
+        while j < len(new) and new[j] == tok and new[j] != following:
+            out.append(role)
+            j += 1
+    if j != len(new):
+        raise ValueError("the server's prompt is longer than the one sent")
+    return out
 
 
 def with_default_max_tokens(sampling: Sampling, max_tokens: int) -> Sampling:

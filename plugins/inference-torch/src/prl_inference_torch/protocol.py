@@ -86,6 +86,12 @@ class GenerateRequest(OpenModel):
     model: str | None = None
     # Only false: documented as such, refused by the route with a pointer to /v1/completions.
     stream: bool = Field(default=False, json_schema_extra={"enum": [False]})
+    images: list[str] | None = Field(
+        default=None,
+        description="Images of a vision-language prompt (base64 data: or http(s):// URLs), in the order of "
+        "their placeholders: token_ids hold one image token per image, widened by the server to the "
+        "image's patch count (prompt_token_ids in the response is the widened prompt).",
+    )
 
 
 def document_limits(schema: dict[str, Any], state: Any) -> None:

@@ -175,19 +175,20 @@ def _token_route(app: FastAPI, state: ServerState) -> None:
             raise ApiError("streaming is not supported on /inference/v1/generate; use /v1/completions")
         adapter = state.adapter_for(body.model)
         sp = body.sampling_params
-        check_request(state.limits, n=sp.n, prompt_lens=[len(body.token_ids)], max_tokens=sp.max_tokens)
         check_token_ids(body.token_ids, state.vocab_size)
-        want = default_max_tokens(state.limits, sp.max_tokens, len(body.token_ids), state.max_model_len)
+        ids, pixels = await asyncio.to_thread(_token_prompt, state, body)
+        check_request(state.limits, n=sp.n, prompt_lens=[len(ids)], max_tokens=sp.max_tokens)
+        want = default_max_tokens(state.limits, sp.max_tokens, len(ids), state.max_model_len)
         params = gen_params(
             sp,
-            len(body.token_ids),
+            len(ids),
             state.max_model_len,
             logprobs=sp.logprobs,
             max_tokens=want,
             sampling_mask=True,
             mask_top_k=state.mask_top_k,
         )
-        req = EngineRequest(body.token_ids, params, adapter)
+        req = EngineRequest(ids, params, adapter, pixels=pixels)
         async with state.budget.hold(_tokens(req)):
             await _run_request(state, req, request)
         return fmt.generate_body(req, f"gen-{uuid.uuid4().hex}", body.model or state.model_name)
@@ -265,6 +266,15 @@ def _errors(app: FastAPI) -> None:
         # exc.headers carries the Allow header of a 405 (RFC 9110 §15.5.6)
         body = ApiError(str(exc.detail), exc.status_code, "HTTPError").body()
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+def _token_prompt(state: ServerState, body: GenerateRequest) -> tuple[list[int], PixelInputs | None]:
+    """The token route's prompt, image placeholders widened when ``images`` come with it."""
+    if not body.images:
+        return list(body.token_ids), None
+    if state.vision is None:
+        raise ApiError(f"images: {state.model_name} is a text model and cannot see images (see docs/vlm.md)")
+    return state.vision.widen(body.token_ids, body.images)
 
 
 def _chat_prompt(state: ServerState, body: ChatRequest) -> tuple[list[int], PixelInputs | None]:

@@ -140,17 +140,47 @@ class Vision:
         if not image_parts(messages):
             return render_text(messages), None
         text, images = split_images(load_parts(messages))
-        ids = render_text(text)
+        return self._widen(render_text(text), images, "messages")
+
+    def widen(self, ids: list[int], refs: list[str]) -> tuple[list[int], PixelInputs]:
+        """The token route: ``ids`` hold one image token per image of ``refs`` (data: or
+        http(s):// URLs, in order); each is widened to its image's patch count. A prompt
+        already widened (a later turn of the same conversation) is taken as it is."""
+        images = []
+        for k, ref in enumerate(refs):
+            try:
+                images.append(_read(ref))
+            except ImageError as exc:
+                raise ApiError(f"images[{k}]: {exc}") from None
+        return self._widen(list(ids), images, "token_ids")
+
+    def _widen(self, ids: list[int], images: list, where: str) -> tuple[list[int], PixelInputs]:
         try:
             pixels = process_images(images, self.image_processor)
         except Exception as exc:  # the processor's own refusal (a degenerate size, ...)
-            raise ApiError(f"messages: the image processor cannot take these images ({exc})") from None
+            raise ApiError(f"images: the image processor cannot take these images ({exc})") from None
         counts = pixels.tokens_per_image(self.merge_size)
+        if _runs(ids, self.image_token_id) == counts:
+            return ids, pixels  # already widened: a later turn sends back the prompt it was given
         try:
             ids, _ = expand_image_tokens(ids, [True] * len(ids), counts, self.image_token_id)
         except ValueError as exc:
-            raise ApiError(f"messages: {exc} (is an image placeholder written in the text?)") from None
+            raise ApiError(f"{where}: {exc} (one image placeholder token per image)") from None
         return ids, pixels
+
+
+def _runs(ids: list[int], token: int) -> list[int]:
+    """Lengths of the runs of ``token`` in ``ids``, in order."""
+    runs: list[int] = []
+    prev = None
+    for t in ids:
+        if t == token:
+            if prev == token:
+                runs[-1] += 1
+            else:
+                runs.append(1)
+        prev = t
+    return runs
 
 
 def is_vision_model(model: torch.nn.Module) -> bool:

@@ -39,6 +39,8 @@ class GenerateRequest(OpenModel):
     model: str | None = None
     stream: bool = False
     request_id: str | None = None
+    # the torch backend's image input (docs/vlm.md); refused here rather than ignored
+    images: list[str] | None = None
 
 
 def sampling_params(sp: GenerateSampling, prompt_len: int, max_model_len: int, max_logprobs: int):

@@ -252,6 +252,12 @@ async def _generate(body: GenerateRequest, request: Request, state: PrlState) ->
 
     if body.stream:
         raise ApiError("stream: true is not supported on /inference/v1/generate; use /v1/completions")
+    if body.images:
+        # ignoring them would sample as if no image had been shown
+        raise ApiError(
+            "images: the vllm backend's /inference/v1/generate takes token ids only; images there are "
+            "not supported yet (the torch backend takes them, see docs/vlm.md)"
+        )
     lora = _lora_for(state, request.app, body.model)
     sp_in = body.sampling_params
     check_request(state.limits, n=sp_in.n, prompt_lens=[len(body.token_ids)], max_tokens=sp_in.max_tokens)
