@@ -1,52 +1,34 @@
 """SFT rows with images: ``python sft_data.py OUT_DIR`` writes ``OUT_DIR/train.jsonl`` (2,000
 rows) and ``OUT_DIR/val.jsonl`` (100 rows).
 
-Each row asks for the colour of the one large shape (circle, square or triangle, in one of
-the coloured-shapes taskset's five colours) in a generated 64x64 PNG, sent as a base64
-``data:`` URL image part, and answers with the colour's name:
+The rows are the coloured-shapes taskset's own tasks with :data:`TASKSET`'s settings (one
+large shape per 64x64 PNG, the question naming its kind, the answer its colour): its train
+split for training, its eval split for validation, so ``prl eval`` and ``prl rl`` on the same
+settings ask what SFT taught. Each row is the task's prompt (system message, then an
+``image_url`` part with a base64 ``data:`` URL and the question) and the answer:
 
-    {"prompt": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}},
-                                             {"type": "text", "text": "What colour is the shape?"}]}],
+    {"prompt": [{"role": "system", "content": "Answer the question about the image. ..."},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}},
+                                             {"type": "text", "text": "What colour is the circle?"}]}],
      "completion": "red"}
 
 The colour is only in the image, so a model can beat a one-in-five guess only by looking.
 """
 
-import base64
 import copy
-import io
 import json
-import random
 import sys
 from pathlib import Path
 
-from PIL import Image, ImageDraw
-from prl_tasks_builtin.coloured_shapes import COLOURS, SHAPES
+from prl_tasks_builtin import ColouredShapes
+
+# The taskset settings these rows come from; rl.toml and eval.toml use the same.
+TASKSET = {"question": "colour", "grid": 1, "min_shapes": 1, "max_shapes": 1}
 
 
-def image_url(shape: str, colour: str, rng: random.Random) -> str:
-    img = Image.new("RGB", (64, 64), "white")
-    x, y = rng.randint(4, 12), rng.randint(4, 12)  # a shape of 40-52 pixels, placed at random
-    box, fill = (x, y, 64 - rng.randint(4, 12), 64 - rng.randint(4, 12)), COLOURS[colour]
-    draw = ImageDraw.Draw(img)
-    if shape == "circle":
-        draw.ellipse(box, fill=fill)
-    elif shape == "square":
-        draw.rectangle(box, fill=fill)
-    else:
-        draw.polygon([(box[0], box[3]), ((box[0] + box[2]) // 2, box[1]), (box[2], box[3])], fill=fill)
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
-def row(rng: random.Random) -> dict:
-    shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
-    content = [
-        {"type": "image_url", "image_url": {"url": image_url(shape, colour, rng)}},
-        {"type": "text", "text": "What colour is the shape?"},
-    ]
-    return {"prompt": [{"role": "user", "content": content}], "completion": colour}
+def rows(split: str, n: int) -> list[dict]:
+    config = ColouredShapes.Config(**TASKSET, num_train=n, num_eval=n)
+    return [{"prompt": t.prompt, "completion": t.data["answer"]} for t in ColouredShapes(config).tasks(split)]
 
 
 def swapped(data: list[dict]) -> tuple[list[dict], float]:
@@ -64,10 +46,9 @@ def swapped(data: list[dict]) -> tuple[list[dict], float]:
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name, n, seed in (("train.jsonl", 2000, 0), ("val.jsonl", 100, 1)):
-        rng = random.Random(seed)
+    for name, split, n in (("train.jsonl", "train", 2000), ("val.jsonl", "eval", 100)):
         tmp = out / f".{name}.tmp"
-        tmp.write_text("".join(json.dumps(row(rng)) + "\n" for _ in range(n)))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows(split, n)))
         tmp.replace(out / name)  # atomic: a rerun never sees a half-written file
         print(f"{out / name}: {n} rows")
 

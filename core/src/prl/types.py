@@ -71,6 +71,9 @@ class Branch:
     # Routing replay, aligned with token_ids (see Generation; [] where a token was not
     # sampled); None when no generation of the branch returned routed experts.
     routed_experts: list[list[int]] | None = None
+    # The images of a vision-language prompt (data: or http(s):// URLs), in the order of their
+    # patch-token runs in token_ids; None for a text branch.
+    images: list[str] | None = None
 
 
 @dataclass
@@ -116,3 +119,4 @@ class TrainingSample:
     sampling_mask: list[list[int]] | None = None  # sampling replay (see Branch)
     sampling_mask_logprobs: list[list[float]] | None = None
     routed_experts: list[list[int]] | None = None  # routing replay (see Branch)
+    images: list[str] | None = None  # a vision-language prompt's images (see Branch)

@@ -194,3 +194,33 @@ def test_a_text_model_refuses_images_on_the_token_route(inference_server):
     assert res.status_code == 400
     assert res.json()["error"]["message"].startswith("images: ")
     assert "is a text model and cannot see images" in res.json()["error"]["message"]
+
+
+def test_an_update_of_the_language_part_alone_keeps_the_vision_tower(vl_server, vl_model, tmp_path):
+    """RL on a text taskset publishes the language part only (no ``model.visual.*``): the
+    served model takes it, answers change, and sending the first weights back restores the
+    first answers exactly, so the tower was never touched."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForImageTextToText
+
+    def ask() -> list[int]:
+        res = _chat(SimpleNamespace(base_url=vl_server), [QUESTION, _image("red")], max_tokens=8, temperature=0)
+        return res.json()["choices"][0]["token_ids"]
+
+    def publish(tensors: dict, name: str) -> httpx.Response:
+        (tmp_path / name).mkdir()
+        save_file({k: v.clone() for k, v in tensors.items()}, str(tmp_path / name / "model.safetensors"))
+        return httpx.post(f"{vl_server}/update_weights", json={"weight_dir": str(tmp_path / name)}, timeout=120)
+
+    from types import SimpleNamespace
+
+    first = ask()
+    state = AutoModelForImageTextToText.from_pretrained(vl_model, dtype=torch.float32).state_dict()
+    language = {k: v for k, v in state.items() if ".visual." not in k}
+    assert len(language) < len(state) and all(k.startswith(("model.language_model.", "lm_head")) for k in language)
+    moved = {k: v * 1.5 if k.endswith("proj.weight") else v for k, v in language.items()}
+    res = publish(moved, "moved")
+    assert res.status_code == 200, res.text
+    assert ask() != first
+    assert publish(language, "back").status_code == 200
+    assert ask() == first

@@ -12,6 +12,7 @@ from prl_tasks_builtin import ColouredShapes
 from prl_tasks_builtin.coloured_shapes import COLOURS, parse_reply
 from pydantic import ValidationError
 
+from prl.images import split_image_refs
 from prl.tasks.testing import END, ByteRenderer, ScriptedClient
 from prl.types import Sampling
 
@@ -127,8 +128,11 @@ def test_rollout_scores_right_wrong_and_garbled_replies(question):
         trace = asyncio.run(ts.rollout(task, client, renderer, Sampling()))
         assert (trace.reward, trace.metrics) == (reward, {"answered": answered}), reply
         (branch,) = trace.branches
-        prompt = renderer.render_ids(task.prompt, add_generation_prompt=True)
+        # the image part is one placeholder in the prompt, and the image goes beside it
+        messages, images = split_image_refs(task.prompt)
+        prompt = renderer.render_ids(messages, add_generation_prompt=True)
         assert branch.token_ids == prompt + [*reply.encode(), END] and trace.env == "coloured-shapes"
+        assert client.images == [images] and images[0].startswith("data:image/png;base64,")
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,6 @@
 """A taskset that puts images in its prompts (coloured-shapes) in ``prl rl`` and ``prl eval``:
-refused in one line naming the source wherever the images could not be used as sent (a text
-model; RL, whose trainer does not take pixels yet), accepted by ``prl eval`` on a
-vision-language model."""
+refused in one line naming the source on a text model (the server would refuse every
+rollout's images), accepted on a vision-language model (``[model.vlm]`` in ``prl rl``)."""
 
 from __future__ import annotations
 
@@ -39,18 +38,10 @@ def test_an_image_taskset_on_a_text_model_is_refused_in_one_line(tmp_path, model
     )
 
 
-def test_rl_on_an_image_taskset_is_refused_until_the_trainer_takes_pixels(tmp_path, models):
-    """The sampler would see the images and the RL trainer would not: refused in one line."""
+def test_an_image_taskset_on_a_vision_language_model_resolves(tmp_path, models):
     res = _rl(tmp_path, models["tiny-qwen3.5-vl"], "--orchestrator.train.source", SHAPES, "--model.vlm", "true")
-    assert res.exit_code == 2, res.output
-    assert res.output.strip() == (
-        "Config file error: --orchestrator.train.source[0].env.taskset: coloured-shapes sends images in its "
-        "prompts: RL with images is not supported yet (the RL trainer does not take pixels); prl sft and "
-        "prl eval take them (docs/vlm.md)"
-    )
-    # a text taskset on a vision-language or a text model is not concerned
-    res = _rl(tmp_path / "vl", models["tiny-qwen3.5-vl"], "--model.vlm", "true")
     assert res.exit_code == 0, res.output
+    # a text taskset on a text model is not concerned
     res = _rl(tmp_path / "text", models["tiny"])
     assert res.exit_code == 0, res.output
 

@@ -63,29 +63,22 @@ def check_renderers(cfg: object) -> None:
 
 def check_image_sources(cfg: object) -> None:
     """``prl rl``: a source whose taskset puts images in its prompts
-    (:attr:`prl.contracts.taskset.Taskset.sends_images`) is refused in one line naming it.
-    On a text model the images could not be seen; on a ``[model.vlm]`` model the sampler
-    would see them and the RL trainer, which does not take pixels yet, would not: every
-    importance ratio would compare two different inputs."""
+    (:attr:`prl.contracts.taskset.Taskset.sends_images`) trains a text model only if the
+    config says the model sees images (``[model.vlm]``); otherwise the server would refuse
+    every rollout's images, so the run is refused as one line naming the source."""
     orch = getattr(cfg, "orchestrator", None)
     model = getattr(orch, "model", None)
-    if model is None:
+    if model is None or getattr(model, "vlm", None) is not None:
         return
     groups = [("train", getattr(orch, "train", None)), ("eval", getattr(orch, "eval", None))]
     for group, section in groups:
         for i, source in enumerate(getattr(section, "source", None) or []):
             taskset = source.env.taskset
-            if not getattr(taskset.plugin_class(), "sends_images", False):
-                continue
-            where = f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts"
-            if getattr(model, "vlm", None) is None:
+            if getattr(taskset.plugin_class(), "sends_images", False):
                 raise ConfigError(
-                    f"{where} and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
+                    f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts "
+                    f"and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
                 )
-            raise ConfigError(
-                f"{where}: RL with images is not supported yet (the RL trainer does not take pixels); "
-                "prl sft and prl eval take them (docs/vlm.md)"
-            )
 
 
 def check_eval_image_sources(cfg: object) -> None:

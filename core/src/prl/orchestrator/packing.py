@@ -19,7 +19,8 @@ A micro-batch is a flat concatenation of its documents: token-aligned lists (``i
 ``sampling_mask_logprobs``: per token a list, empty where sampling did not truncate,
 optional ``routed_experts``: per token its layers x top_k expert ids, flat, empty where
 none were recorded) and per-document lists (``seq_lens``,
-``env_names``, ``trace_ids``, ``branch_indices``).
+``env_names``, ``trace_ids``, ``branch_indices``, optional ``images``: each document's image
+URLs, empty for a text one, present when any document has images).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
     with_routes = any(s.routed_experts is not None for s in samples)
     if with_routes:
         mb["routed_experts"] = []
+    # vision-language prompts: per document its images ([] for a text one) when any has some
+    with_images = any(s.images for s in samples)
+    if with_images:
+        mb["images"] = []
     for s in samples:
         n = len(s.input_ids)
         mb["input_ids"] += s.input_ids
@@ -104,6 +109,8 @@ def micro_batch(samples: list[TrainingSample]) -> dict[str, Any]:
             mb["sampling_mask_logprobs"] += lps if lps is not None else [[]] * n
         if with_routes:
             mb["routed_experts"] += s.routed_experts if s.routed_experts is not None else [[]] * n
+        if with_images:
+            mb["images"].append(list(s.images or []))
         mb["seq_lens"].append(n)
         mb["env_names"].append(s.env_name)
         mb["trace_ids"].append(s.trace_id)

@@ -84,6 +84,7 @@ def branch_to_sample(trace: Trace, index: int, branch: Branch, min_abs_advantage
         sampling_mask=branch.sampling_mask,
         sampling_mask_logprobs=branch.sampling_mask_logprobs,
         routed_experts=branch.routed_experts,
+        images=branch.images,
     )
 
 

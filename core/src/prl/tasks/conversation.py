@@ -102,6 +102,7 @@ class Conversation:
         branch = start_branch(
             rendered.token_ids, roles=rendered.roles, agent=self.agent, temperature=sampling.temperature
         )
+        branch.images = list(self._images) or None
         self.branches.append(branch)
         self._open = branch
 

@@ -99,9 +99,11 @@ class ScriptedClient:
         self.policy = policy
         self.finish = finish
         self.prompts: list[list[int]] = []
+        self.images: list[list[str]] = []
 
-    async def generate(self, prompt_ids: list[int], sampling: Sampling) -> Generation:
+    async def generate(self, prompt_ids: list[int], sampling: Sampling, images: list[str] | None = None) -> Generation:
         self.prompts.append(list(prompt_ids))
+        self.images.append(list(images or []))  # a prompt's images, one placeholder each in its ids
         text = self.policy(decode_messages(prompt_ids))
         ids = list(text.encode())
         if sampling.max_tokens is not None and len(ids) >= sampling.max_tokens:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -21,6 +22,7 @@ from fastapi.security import HTTPBearer
 from prl.contracts.http import ApiError, InitBroadcasterRequest, LoraRequest, UpdateWeightsRequest
 from prl.serving import error_responses
 from prl_inference_torch.broadcast import receive_broadcast, start_join
+from prl_inference_torch.vision import weight_target
 from prl_inference_torch.waits import engine_call
 from prl_inference_torch.weights import WeightError, apply_weights, read_lora, read_weights
 
@@ -76,9 +78,21 @@ def admin_routes(app: FastAPI, state: Any) -> None:
         return start_join(state, body)
 
 
+def tensor_names(weight_dir: str) -> list[str]:
+    """Names of the tensors in a weight directory's safetensors files (headers only)."""
+    from safetensors import safe_open
+
+    names: list[str] = []
+    for f in sorted(Path(weight_dir).glob("*.safetensors")) if Path(weight_dir).is_dir() else []:
+        if not f.name.startswith("adapter_"):
+            with safe_open(str(f), "pt") as fh:
+                names += list(fh.keys())
+    return names
+
+
 async def _load_weight_dir(state: Any, weight_dir: str, version: int | None) -> dict[str, Any]:
     async with state.weights_lock:
-        model = state.engine.model
+        model = weight_target(state.engine.model, tensor_names(weight_dir))
         try:
             tensors = await asyncio.to_thread(read_weights, weight_dir, model)
         except WeightError as exc:

@@ -20,6 +20,7 @@ import torch
 
 from prl.contracts.broadcast import BroadcastError, broadcast_join
 from prl.contracts.http import ApiError, InitBroadcasterRequest
+from prl_inference_torch.vision import weight_target
 from prl_inference_torch.waits import engine_call, wait_until
 from prl_inference_torch.weights import architecture_mismatch, model_layout
 
@@ -51,10 +52,14 @@ async def receive_broadcast(state: Any, version: int | None) -> dict[str, Any]:
             group = joiner.group(0)
         except BroadcastError as exc:  # the trainer could not be reached or refused us
             raise ApiError(str(exc), 502, "BadGatewayError") from None
-        model = state.engine.model
-        params = model.state_dict(keep_vars=True)
+        served = state.engine.model
+        model, params = served, served.state_dict(keep_vars=True)
 
         def check(entries: list) -> str | None:
+            nonlocal model, params
+            # a vision-language model sent its language part alone loads it through a view
+            model = weight_target(served, [name for name, _, _ in entries])
+            params = model.state_dict(keep_vars=True)
             problem = architecture_mismatch({name: tuple(shape) for name, _, shape in entries}, model)
             return f"the trainer's weights do not fit the served model ({problem})" if problem else None
 

@@ -98,7 +98,7 @@ def document_limits(schema: dict[str, Any], state: Any) -> None:
     """Write into the OpenAPI ``schema`` the bounds only the running server knows, so that a
     request the document calls valid passes the server's checks: token ids below the
     vocabulary size, prompts within ``max_prompt_tokens`` and the context, ``n`` and
-    ``max_tokens`` within ``server.limits``. (That prompt plus ``max_tokens`` fit the context
+    ``max_tokens`` within ``server.limits``, no ``images`` for a text model. (That prompt plus ``max_tokens`` fit the context
     together is a relation between two fields that JSON Schema cannot state.)"""
     limits = state.limits
     longest = min(limits.max_prompt_tokens or state.max_model_len - 1, state.max_model_len - 1)
@@ -119,6 +119,9 @@ def document_limits(schema: dict[str, Any], state: Any) -> None:
         elif kind == "integer" and key == "n":
             node["maximum"] = limits.max_n
             node["description"] = f"completions per prompt; n x prompts <= {limits.max_n} (server.limits.max_n)"
+        elif kind == "array" and key == "images" and getattr(state, "vision", None) is None:
+            node["maxItems"] = 0  # a text model: a request with images is refused
+            node["description"] = "The served model is a text model: no images."
         elif kind == "array" and key in ("token_ids", "prompt"):
             # a list of token ids is one prompt; a list of prompts is n x prompts completions
             node["maxItems"] = longest if items.get("type") == "integer" else limits.max_n

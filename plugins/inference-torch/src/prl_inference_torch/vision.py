@@ -226,3 +226,27 @@ def is_vision_dir(name: str) -> bool:
     from transformers import AutoConfig
 
     return getattr(AutoConfig.from_pretrained(name), "vision_config", None) is not None
+
+
+class LanguageView(torch.nn.Module):
+    """A vision-language model without its vision tower, under the same names
+    (``model.language_model.*``, ``lm_head``) and sharing its parameters: RL on a text
+    taskset trains the language part alone and publishes just that, which updates the served
+    model through this view while the tower keeps its weights."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = torch.nn.Module()
+        self.model.language_model = model.model.language_model
+        self.lm_head = model.get_output_embeddings()
+        self.config = model.config.get_text_config()
+
+
+def weight_target(model: torch.nn.Module, names: list[str]) -> torch.nn.Module:
+    """What a weight update with tensors ``names`` loads into: the served model, or for a
+    vision-language model sent its language part alone, a :class:`LanguageView`."""
+    if not is_vision_model(model) or not names or any(".visual." in n for n in names):
+        return model
+    view = LanguageView(model)
+    own = view.state_dict(keep_vars=True)
+    return view if all(n in own for n in names) else model

@@ -48,18 +48,20 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 SHAPES = ("circle", "square", "triangle")
 BACKGROUND = (255, 255, 255)
-GRID = 3  # cells per side; at most GRID² shapes
+GRID = 3  # cells per side by default; at most GRID² shapes
 MIN_SIZE, MAX_SIZE = 32, 512  # below 32 px a 3x3 cell is too small to tell shapes apart
 SYSTEM = "Answer the question about the image. Reply with the answer only."
 _COLOUR_WORD = re.compile(r"\b(" + "|".join(COLOURS) + r")\b", re.IGNORECASE)
 
 
-def make_example(seed: int, index: int, size: int, min_shapes: int, max_shapes: int, question: str) -> dict[str, Any]:
+def make_example(
+    seed: int, index: int, size: int, min_shapes: int, max_shapes: int, question: str, grid: int = GRID
+) -> dict[str, Any]:
     """The shapes, question and answer of example ``index`` (a pure function of its arguments)."""
     rng = random.Random(f"coloured-shapes/{seed}/{index}")  # str seeds hash stably (sha512)
     kind = rng.choice(("count", "colour")) if question == "mixed" else question
     n = rng.randint(min_shapes, max_shapes)
-    cells = rng.sample(range(GRID * GRID), n)
+    cells = rng.sample(range(grid * grid), n)
     if kind == "colour":
         # The asked-about shape is drawn once; the others are of the other two kinds.
         target = rng.choice(SHAPES)
@@ -73,26 +75,26 @@ def make_example(seed: int, index: int, size: int, min_shapes: int, max_shapes: 
         colour = rng.choice(list(COLOURS))
         text = f"How many {colour} shapes are there?"
         answer = str(sum(s["colour"] == colour for s in shapes))
-    return {"kind": kind, "shapes": shapes, "question": text, "answer": answer, "size": size}
+    return {"kind": kind, "shapes": shapes, "question": text, "answer": answer, "size": size, "grid": grid}
 
 
-def shape_box(cell: int, size: int) -> tuple[int, int, int, int]:
+def shape_box(cell: int, size: int, grid: int = GRID) -> tuple[int, int, int, int]:
     """The bounding box of a shape in ``cell``: its grid cell less a margin, so shapes never touch."""
-    step = size / GRID
-    row, col = divmod(cell, GRID)
+    step = size / grid
+    row, col = divmod(cell, grid)
     margin = max(2, round(step * 0.15))
     x0, y0 = round(col * step) + margin, round(row * step) + margin
     return x0, y0, round((col + 1) * step) - margin - 1, round((row + 1) * step) - margin - 1
 
 
-def draw_png(shapes: list[dict[str, Any]], size: int) -> bytes:
+def draw_png(shapes: list[dict[str, Any]], size: int, grid: int = GRID) -> bytes:
     """The PNG bytes of ``shapes`` on a white ``size`` x ``size`` image."""
     from PIL import Image, ImageDraw  # the plugin imports without Pillow; drawing needs it
 
     img = Image.new("RGB", (size, size), BACKGROUND)
     draw = ImageDraw.Draw(img)
     for s in shapes:
-        x0, y0, x1, y1 = shape_box(s["cell"], size)
+        x0, y0, x1, y1 = shape_box(s["cell"], size, grid)
         fill = COLOURS[s["colour"]]
         if s["shape"] == "circle":
             draw.ellipse((x0, y0, x1, y1), fill=fill)
@@ -141,7 +143,9 @@ class ColouredShapes(Taskset):
         min_shapes: Annotated[int, Field(ge=1, le=GRID * GRID)] = 1
         """Fewest shapes per image."""
         max_shapes: Annotated[int, Field(ge=1, le=GRID * GRID)] = 4
-        """Most shapes per image (at most 9: one per cell of a 3x3 grid)."""
+        """Most shapes per image (at most grid²: one per cell)."""
+        grid: Annotated[int, Field(ge=1, le=GRID)] = GRID
+        """Cells per side of the layout grid (1..3): 1 draws one large shape filling the image."""
         question: Literal["count", "colour", "mixed"] = "count"
         """'count' (how many <colour> shapes), 'colour' (what colour is the <shape>), or 'mixed'."""
         seed: int = 0
@@ -155,6 +159,8 @@ class ColouredShapes(Taskset):
         def _shape_range(self) -> ColouredShapes.Config:
             if self.min_shapes > self.max_shapes:
                 raise ValueError(f"min_shapes ({self.min_shapes}) must not exceed max_shapes ({self.max_shapes})")
+            if self.max_shapes > self.grid * self.grid:
+                raise ValueError(f"max_shapes ({self.max_shapes}) must not exceed grid² ({self.grid * self.grid})")
             return self
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
@@ -165,9 +171,9 @@ class ColouredShapes(Taskset):
             raise ValueError(f"coloured-shapes has splits 'train' and 'eval' (or 'test'), not '{split}'")
         seed = 2 * c.seed + (split == "eval")
         for i in range(count):
-            ex = make_example(seed, i, c.image_size, c.min_shapes, c.max_shapes, c.question)
+            ex = make_example(seed, i, c.image_size, c.min_shapes, c.max_shapes, c.question, c.grid)
             content = [
-                {"type": "image_url", "image_url": {"url": data_url(draw_png(ex["shapes"], c.image_size))}},
+                {"type": "image_url", "image_url": {"url": data_url(draw_png(ex["shapes"], c.image_size, c.grid))}},
                 {"type": "text", "text": ex["question"]},
             ]
             prompt = ([{"role": "system", "content": c.system_prompt}] if c.system_prompt else []) + [

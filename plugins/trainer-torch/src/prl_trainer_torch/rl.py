@@ -101,20 +101,14 @@ class RLRun:
         self.ckpt_root = ckpt.ckpt_root(config, self.run_dir)
         mcfg = config.model
         apply_runtime_knobs(mcfg)
-        self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
-        # perf/mfu: model FLOPs per step over the device's peak (prl_trainer_torch.metrics)
-        self.n_params = count_params(self.hf)[1]
-        self.adapter = maybe_adapter(self.hf, mcfg)  # [model.lora]: only the adapter trains
-        setup_moe(self.hf, mcfg, rl=True)  # model.freeze_moe_router: auto freezes the routers in RL
-        self.shape = (self.hf.config.num_hidden_layers, self.hf.config.hidden_size)
         self.peak = peak_flops(self.dist.device)
-        dp = mcfg.data_parallel(self.dist.world)
-        self.policy = parallelize(
-            self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
-        )
-        self.policy.routing = RoutingStats.of(self.hf, self.dist.device)
-        if mcfg.routing_replay:  # its hooks run before the stats' (prepended): they count the experts used
-            self.policy.route_replay = RouteReplay.of(self.hf, mcfg.name)
+        if getattr(mcfg, "vlm", None) is not None:
+            self._build_vision_model(mcfg)
+        else:
+            self._build_text_model(mcfg)
+        # perf/mfu: model FLOPs per step over the device's peak (prl_trainer_torch.metrics)
+        text = self.hf.config.get_text_config()
+        self.shape = (text.num_hidden_layers, text.hidden_size)
         self.gc = GarbageCollector(mcfg.gc)
         self.optimizer = build_optimizer(
             self.policy.parameters(), config.optim, RL_WEIGHT_DECAY, config.model, self.dist.device
@@ -122,6 +116,28 @@ class RLRun:
         self.total = config.max_steps
         self.scheduler = build_scheduler(self.optimizer, config.scheduler, self.total or UNBOUNDED_STEPS)
         self.progress = {"step": 0, "total_tokens": 0, "total_samples": 0}
+
+    def _build_text_model(self, mcfg: Any) -> None:
+        self.hf = load_hf_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.attn_implementation)
+        self.n_params = count_params(self.hf)[1]
+        self.adapter = maybe_adapter(self.hf, mcfg)  # [model.lora]: only the adapter trains
+        setup_moe(self.hf, mcfg, rl=True)  # model.freeze_moe_router: auto freezes the routers in RL
+        dp = mcfg.data_parallel(self.dist.world)
+        self.policy = parallelize(
+            self.hf, self.dist, mcfg.activation_checkpointing, dp=dp, ac_freq=mcfg.activation_checkpointing_freq
+        )
+        self.policy.routing = RoutingStats.of(self.hf, self.dist.device)
+        if mcfg.routing_replay:  # its hooks run before the stats' (prepended): they count the experts used
+            self.policy.route_replay = RouteReplay.of(self.hf, mcfg.name)
+
+    def _build_vision_model(self, mcfg: Any) -> None:
+        """``[model.vlm]``: the whole image-text model; rollouts' images reach its forward
+        (:mod:`prl_trainer_torch.vision_rl`) and the published weights include the tower."""
+        from prl_trainer_torch.vision_rl import build_vision_policy
+
+        self.hf, self.policy = build_vision_policy(mcfg, self.dist, resolve_dtype(mcfg.dtype, self.dist.device))
+        self.n_params = count_params(self.hf)[1]
+        self.adapter = None  # [model.lora] with [model.vlm] is refused when the config resolves
 
     def _resume(self) -> None:
         step_dir = rl_resume_dir(self.config, self.ckpt_root)

@@ -93,6 +93,8 @@ class MicroBatch:
     bounds: tuple[torch.Tensor, int] | None = None
     # routing replay: recorded expert ids per prediction position and which have one (routing_replay.routes_of)
     routes: tuple[torch.Tensor, torch.Tensor] | None = None
+    # per packed document its images (a vision-language prompt's URLs; [] for text), or None
+    images: list[list[str]] | None = None
 
 
 @dataclass
@@ -140,6 +142,7 @@ def to_micro_batch(raw: dict[str, Any], device: torch.device) -> MicroBatch:
         branch_indices=raw.get("branch_indices"),
         bounds=host_document_bounds(positions, device),
         routes=routes_of(raw, device),
+        images=raw.get("images"),
         **masks,
         **fields,
     )
@@ -217,6 +220,8 @@ def forward_tokens(policy, mb: MicroBatch) -> TokenOut:
         extra["replay"] = (ids, valid) if mb.mask_rows is None else (ids, valid, mb.mask_rows)
     if mb.bounds is not None:
         extra["bounds"] = mb.bounds
+    if mb.images is not None:
+        extra["images"] = mb.images  # only a vision-language policy is given them
     replay_routes(policy, mb.routes)  # kept until the next micro-batch: the backward may recompute
     outs = policy(mb.input_ids[None], mb.position_ids[None], targets[None], temps[None], entropy=True, **extra)
     keep = mb.position_ids != 0

@@ -39,6 +39,7 @@ class VisionPolicy(nn.Module):
         self.hf = hf
         self.chunk_size = chunk_size
         self.image_token_id = hf.config.image_token_id
+        self.merge = int(getattr(hf.config.vision_config, "spatial_merge_size", 2))
 
     def forward(
         self,
@@ -51,14 +52,20 @@ class VisionPolicy(nn.Module):
         if input_ids.shape[0] != 1:
             raise ValueError(f"VisionPolicy takes one document per call, got a batch of {input_ids.shape[0]}")
         kwargs = {}
+        images = torch.zeros_like(input_ids, dtype=torch.bool)
         if pixels is not None:
             dev = input_ids.device
             kwargs = {"pixel_values": pixels.pixel_values.to(dev), "image_grid_thw": pixels.image_grid_thw.to(dev)}
+            # The images' tokens are the first ones of the image-token id (the prompt's runs).
+            # One the policy sampled later is an ordinary token, embedded as the sampler did.
+            pads = input_ids == self.image_token_id
+            images = pads & (pads.cumsum(-1) <= int(pixels.image_grid_thw.prod(-1).sum()) // self.merge**2)
         out = self.hf.model(
-            input_ids=input_ids,
+            # placeholders are found in input_ids: a sampled image token is hidden from them
+            input_ids=torch.where(images | (input_ids != self.image_token_id), input_ids, 0),
+            inputs_embeds=self.hf.get_input_embeddings()(input_ids),
             attention_mask=torch.ones_like(input_ids),
-            # marks the image tokens, which get 3-D rotary positions
-            mm_token_type_ids=(input_ids == self.image_token_id).int(),
+            mm_token_type_ids=images.int(),  # the image tokens get 3-D rotary positions
             use_cache=False,
             **kwargs,
         )
