@@ -108,3 +108,14 @@ def test_rl_with_vlm_on_a_text_model_is_one_line(tmp_path, models):
     res = CliRunner().invoke(app, ["rl", "@", str(cfg), "--output-dir", str(tmp_path / "o"), "--dry-run"])
     line = _one_error_line(res)
     assert f"--trainer.model.vlm: {models['tiny']} is not a vision-language model prl can train" in line
+
+
+def test_rl_with_vlm_and_lora_is_one_line(tmp_path, models):
+    """The vision-language RL trainer trains the whole image-text model: an adapter would be
+    left out without a word, so the pair is refused."""
+    cfg = _rl_toml(tmp_path, models["tiny-qwen3.5-vl"], "\n[model.vlm]\n\n[model.lora]\nrank = 4")
+    res = CliRunner().invoke(app, ["rl", "@", str(cfg), "--output-dir", str(tmp_path / "o"), "--dry-run"])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        "Config file error: --trainer.model.vlm: LoRA ([model.lora]) of a vision-language model is not supported yet"
+    )

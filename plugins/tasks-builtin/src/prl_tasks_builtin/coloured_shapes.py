@@ -1,7 +1,8 @@
 """coloured-shapes: answer a question about a generated image of coloured shapes (single turn).
 
 Data: each example is a PNG of ``min_shapes``..``max_shapes`` shapes (circle, square,
-triangle) in named colours on a white background, one shape per cell of a 3x3 grid so
+triangle) in named colours on a white background, one shape per cell of a ``grid`` x ``grid``
+layout (3x3 by default; ``grid = 1`` is one large shape) so
 shapes never touch, drawn by Pillow without anti-aliasing (every pixel of a shape is
 exactly its colour). Everything is drawn from ``random.Random`` seeded by the split's seed
 (train ``2·seed``, eval ``2·seed + 1``) and the example index, so an example is the same

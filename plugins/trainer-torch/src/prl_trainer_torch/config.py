@@ -140,9 +140,6 @@ class ModelTrainConfig(TrainerModelConfig):
                 raise ValueError(f"{name} = {getattr(self, name)}: {kind} parallelism is not supported yet (use 1)")
         if self.dp_shard == 0:
             raise ValueError("dp_shard must be -1 (the rest of the world) or at least 1")
-        if self.vlm is not None and self.lora is not None:
-            # the vision-language trainers train the whole image-text model
-            raise ValueError("vlm: LoRA ([model.lora]) of a vision-language model is not supported yet")
         return self
 
     def check_model(self, model_dir: str) -> None:
@@ -158,6 +155,9 @@ class ModelTrainConfig(TrainerModelConfig):
             and self.lora is None
         ):
             return
+        if self.vlm is not None and self.lora is not None:
+            # the vision-language trainers train the whole image-text model
+            raise ValueError("vlm: LoRA ([model.lora]) of a vision-language model is not supported yet")
         path = Path(model_dir) / "config.json"
         try:
             config = json.loads(path.read_text())
