@@ -98,8 +98,9 @@ def document_limits(schema: dict[str, Any], state: Any) -> None:
     """Write into the OpenAPI ``schema`` the bounds only the running server knows, so that a
     request the document calls valid passes the server's checks: token ids below the
     vocabulary size, prompts within ``max_prompt_tokens`` and the context, ``n`` and
-    ``max_tokens`` within ``server.limits``, no ``images`` for a text model. (That prompt plus ``max_tokens`` fit the context
-    together is a relation between two fields that JSON Schema cannot state.)"""
+    ``max_tokens`` within ``server.limits``, no ``images`` for a text model. (That prompt
+    plus ``max_tokens`` fit the context together is a relation between two fields that JSON
+    Schema cannot state.)"""
     limits = state.limits
     longest = min(limits.max_prompt_tokens or state.max_model_len - 1, state.max_model_len - 1)
     most_tokens = min(limits.max_tokens or state.max_model_len - 1, state.max_model_len - 1)
