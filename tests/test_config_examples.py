@@ -64,7 +64,7 @@ def _make_local_paths(text: str, cwd: Path, tiny: Path) -> None:
         if path.exists() or rel.startswith("outputs/"):
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        if rel.startswith("models/") and rel.rstrip("/").endswith("-vl"):
+        if rel.startswith("models/") and "-vl" in Path(rel.rstrip("/")).name:
             from prl_model_init.build import make_model  # [model.vlm] needs a vision-language model
 
             make_model(path, preset="tiny-qwen3.5-vl")

@@ -181,7 +181,10 @@ class InferenceHTTPClient:
     ) -> Generation:
         """Token-in/token-out sampling with the logprob of every sampled token (``images``:
         see :meth:`prl.contracts.inference.InferenceClient.generate`)."""
-        return (await self.generate_n(prompt_ids, sampling, 1, model=model, images=images))[0]
+        # images only when there are some: a subclass serving text (prl.frozen's completions
+        # sampler) keeps generate_n's text signature
+        extra = {"images": images} if images else {}
+        return (await self.generate_n(prompt_ids, sampling, 1, model=model, **extra))[0]
 
     async def generate_n(
         self,
