@@ -103,14 +103,20 @@ def _as_url(ref: Any, base_dir: Path | None) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+def image_parts(messages: list[dict]) -> list[tuple[int, int]]:
+    """``(message, part)`` indices of every image part."""
+    found = []
+    for i, msg in enumerate(messages):
+        parts = msg.get("content")
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
+                found.append((i, j))
+    return found
+
+
 def has_image_parts(messages: list[dict]) -> bool:
     """Whether any message carries an image part."""
-    return any(
-        isinstance(part, dict) and part.get("type") in IMAGE_PARTS
-        for msg in messages
-        if isinstance(msg.get("content"), list)
-        for part in msg["content"]
-    )
+    return bool(image_parts(messages))
 
 
 def _split(messages: list[dict], take: Any) -> tuple[list[dict], list]:

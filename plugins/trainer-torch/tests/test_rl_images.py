@@ -80,7 +80,7 @@ def vl(tmp_path_factory):
             if p.dim() >= 2:
                 p.add_(torch.randn_like(p) * 0.3)
     vision = VisionPolicy(hf)
-    return vision, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(path), 2)
+    return vision, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(path))
 
 
 def _prompt(vision, n_pads: int) -> list[int]:

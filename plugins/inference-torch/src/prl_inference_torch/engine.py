@@ -112,7 +112,7 @@ class Engine:
         if record_routes or self._vision:
             # routes are recorded in batch-row order, the slot path's is slot order; the slot
             # decoder keeps 1-D positions, an image row's are 3-D
-            slots = False  # routes are recorded in batch-row order, the slot path's is slot order
+            slots = False
         self._dec = SlotDecoder(model, max_batch_size, graphs=cuda_graphs) if slots else None
         # prompts prefilled straight into their slots, unless the logits need more than the
         # output embedding (prompt logprobs, and models that scale them, take the padded path)

@@ -32,10 +32,10 @@ import torch
 
 from prl.contracts.http import ApiError
 from prl.images import (
-    IMAGE_PARTS,
     ImageError,
     PixelInputs,
     expand_image_tokens,
+    image_parts,
     image_ref,
     load_image,
     process_images,
@@ -48,17 +48,6 @@ MAX_IMAGE_BYTES = 20 * 2**20
 """Largest image an ``http(s)://`` part may download."""
 
 _FETCH_TIMEOUT = 15.0
-
-
-def image_parts(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """``(message, part)`` indices of every image part."""
-    found = []
-    for i, msg in enumerate(messages):
-        parts = msg.get("content")
-        for j, part in enumerate(parts if isinstance(parts, list) else []):
-            if isinstance(part, dict) and part.get("type") in IMAGE_PARTS:
-                found.append((i, j))
-    return found
 
 
 def refuse_images(messages: list[dict[str, Any]], model_name: str) -> None:

@@ -59,7 +59,7 @@ class VisionPolicy(nn.Module):
             # The images' tokens are the first ones of the image-token id (the prompt's runs).
             # One the policy sampled later is an ordinary token, embedded as the sampler did.
             pads = input_ids == self.image_token_id
-            images = pads & (pads.cumsum(-1) <= int(pixels.image_grid_thw.prod(-1).sum()) // self.merge**2)
+            images = pads & (pads.cumsum(-1) <= sum(pixels.tokens_per_image(self.merge)))
         out = self.hf.model(
             # placeholders are found in input_ids: a sampled image token is hidden from them
             input_ids=torch.where(images | (input_ids != self.image_token_id), input_ids, 0),

@@ -35,12 +35,10 @@ _CACHE_SIZE = 256
 class PackedVisionPolicy(nn.Module):
     """Packed micro-batch in, per-token (logp, entropy) out, one document per forward."""
 
-    def __init__(self, vision: VisionPolicy, image_processor: Any, merge_size: int) -> None:
+    def __init__(self, vision: VisionPolicy, image_processor: Any) -> None:
         super().__init__()
         self.vision = vision
         self.image_processor = image_processor
-        self.merge_size = merge_size
-        self.image_token_id = vision.image_token_id
         self._pixels: dict[tuple[str, ...], PixelInputs] = {}
         self.routing = None  # no MoE routing statistics for a vision-language policy
         self.route_replay = None
@@ -81,8 +79,8 @@ class PackedVisionPolicy(nn.Module):
             if len(self._pixels) >= _CACHE_SIZE:
                 self._pixels.pop(next(iter(self._pixels)))
             self._pixels[key] = pixels
-        want = sum(pixels.tokens_per_image(self.merge_size))
-        have = int((ids == self.image_token_id).sum())
+        want = sum(pixels.tokens_per_image(self.vision.merge))
+        have = int((ids == self.vision.image_token_id).sum())
         if have < want:  # more is fine: an image token the policy sampled is an ordinary one
             raise ValueError(
                 f"document {doc}: {have} image tokens for {len(refs)} image(s) of {want} patch tokens "
@@ -99,6 +97,4 @@ def build_vision_policy(mcfg: Any, dist: Any, dtype: torch.dtype) -> tuple[nn.Mo
 
     hf = load_vision_model(mcfg.name, dtype, mcfg.vlm)
     vision = parallelize_vision(hf, dist, mcfg)
-    merge = int(getattr(hf.config.vision_config, "spatial_merge_size", 2))
-    policy = PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name), merge)
-    return hf, policy
+    return hf, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name))
