@@ -7,10 +7,11 @@ validation rows from step 40). A run whose images never reached the model would 
 model and served_accuracy.py asks it over HTTP, images in the chat messages: the torch
 engine's greedy replies score exactly as the model does in-process.
 
-RL with images: after 20 SFT steps (0.43 right by first token), 20 RL steps of rl.toml raise
-the mean reward of the last five steps over the first five by at least 0.12 (recorded: +0.25
-in a 20-step run, +0.22 over the first 20 steps of a 40-step one, from about 0.2); a trainer
-or sampler without the images could not."""
+RL with images: after 20 SFT steps (0.43 right by first token), 30 RL steps of rl.toml raise
+the mean reward of the run's second half over its first five steps by at least 0.12 and to
+at least 0.3, where a policy blind to the image gets 0.2 (recorded from about 0.2: 20-step
+runs +0.17 over their second half, one on CI +0.12 over its last five steps only; see
+docs/vlm.md for the 30-step figure); a trainer or sampler without the images could not."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PRL = str(Path(sys.executable).parent / "prl")
 EXAMPLE = ROOT / "examples" / "coloured-shapes"
 STEPS = 60
-RL_STEPS = 20
+RL_STEPS = 30
 MARGIN = 0.12
+BLIND = 0.2  # the best a guess of one of the five colours does
 
 
 def _run(*argv: str, log: Path) -> str:
@@ -119,7 +121,12 @@ def test_rl_with_images_raises_the_reward_after_a_short_sft(prepared, tmp_path):
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     reward = {r["step"]: r["reward/all/mean"] for r in rows if "reward/all/mean" in r}
     mismatch = [r["mismatch_kl/all/mean"] for r in rows if "mismatch_kl/all/mean" in r]
-    first, last = (sum(reward[s] for s in steps) / 5 for steps in (range(1, 6), range(RL_STEPS - 4, RL_STEPS + 1)))
-    assert last - first >= MARGIN, reward
+    # The second half's mean, not the last five steps': one step of 64 rollouts is noisy
+    # (a recorded 20-step run went 0.45, 0.40, 0.25 over its last three steps).
+    first = sum(reward[s] for s in range(1, 6)) / 5
+    half = [reward[s] for s in range(RL_STEPS // 2 + 1, RL_STEPS + 1)]
+    assert sum(half) / len(half) - first >= MARGIN, reward
+    # Five colours drawn uniformly: a policy blind to the image is right 0.2 of the time at best
+    assert sum(half) / len(half) >= BLIND + 0.1, reward
     # the trainer scores the sampled tokens with the images the sampler saw
     assert mismatch[0] < 1e-4 and max(mismatch) < 0.3, mismatch
