@@ -105,20 +105,30 @@ def _served_accuracy(model: Path, val: Path, tmp_path: Path) -> str:
         server.wait(timeout=30)
 
 
-@pytest.mark.slow
-def test_rl_with_images_raises_the_reward_after_a_short_sft(prepared, tmp_path):
+@pytest.fixture(scope="module")
+def sft20(prepared, tmp_path_factory) -> Path:
+    """The example's RL starting point: 20 SFT steps, exported."""
+    (model, data), tmp = prepared, tmp_path_factory.mktemp("sft20")
+    step = _sft(model, data, tmp / "runs", 20, tmp / "sft.log")
+    _run(PRL, "export", str(step), str(tmp / "sft20"), "--dtype", "float32", log=tmp / "export.log")
+    return tmp / "sft20"
+
+
+def _rl(model: Path, runs: Path, steps: int, log: Path, *extra: str) -> list[dict]:
     import json
 
-    (model, data), runs = prepared, tmp_path / "runs"
-    step = _sft(model, data, runs, 20, tmp_path / "sft.log")
-    _run(PRL, "export", str(step), str(tmp_path / "sft20"), "--dtype", "float32", log=tmp_path / "export.log")
     _run(
-        PRL, "rl", "@", str(EXAMPLE / "rl.toml"), "--model.name", str(tmp_path / "sft20"),
-        "--max-steps", str(RL_STEPS), "--output-dir", str(runs), "--no-dashboard",
-        "--inference.server.port", "0", log=tmp_path / "rl.log",  # a free port: tests run side by side
+        PRL, "rl", "@", str(EXAMPLE / "rl.toml"), "--model.name", str(model),
+        "--max-steps", str(steps), "--output-dir", str(runs), "--no-dashboard",
+        "--inference.server.port", "0", *extra, log=log,  # a free port: tests run side by side
     )  # fmt: skip
     metrics = runs / "coloured-shapes-rl" / "monitors" / "file" / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_rl_with_images_raises_the_reward_after_a_short_sft(sft20, tmp_path):
+    rows = _rl(sft20, tmp_path / "runs", RL_STEPS, tmp_path / "rl.log")
     reward = {r["step"]: r["reward/all/mean"] for r in rows if "reward/all/mean" in r}
     mismatch = [r["mismatch_kl/all/mean"] for r in rows if "mismatch_kl/all/mean" in r]
     # The second half's mean, not the last five steps': one step of 64 rollouts is noisy
@@ -130,3 +140,16 @@ def test_rl_with_images_raises_the_reward_after_a_short_sft(prepared, tmp_path):
     assert sum(half) / len(half) >= BLIND + 0.1, reward
     # the trainer scores the sampled tokens with the images the sampler saw
     assert mismatch[0] < 1e-4 and max(mismatch) < 0.3, mismatch
+
+
+@pytest.mark.slow
+def test_truncated_sampling_with_images_is_replayed_by_the_trainer(sft20, tmp_path):
+    """top_p / top_k below 1: the engine ships each token's kept ids, and the trainer scores
+    every sampled token over its kept set with the images the sampler saw; with the sampler's
+    own weights (step 1) both agree on the sets and the logprobs."""
+    rows = _rl(sft20, tmp_path / "runs", 3, tmp_path / "rl.log",
+               "--orchestrator.train.sampling.top-p", "0.8", "--orchestrator.train.sampling.top-k", "3")  # fmt: skip
+    trainer = [r for r in rows if "mismatch_kl/all/mean" in r]
+    assert trainer and "mismatch/sampling_mask" in trainer[0], trainer[:1]
+    assert trainer[0]["mismatch/sampling_mask"] < 0.01, trainer[0]
+    assert trainer[0]["mismatch_kl/all/mean"] < 1e-4, trainer[0]

@@ -135,6 +135,9 @@ def test_shared_fields_fill_components(fake_plugins):
     assert cfg.trainer.model.seq_len == cfg.orchestrator.seq_len == 512
     # equal explicit values are accepted (a dumped config loads back)
     assert rl(["--seq-len", "512", "--trainer.model.seq-len", "512"]).orchestrator.seq_len == 512
+    # the server processes images with the trainer's pixel bounds
+    vlm = rl(["--model.vlm.max-pixels", "4096"])
+    assert vlm.inference.model.vlm.max_pixels == vlm.trainer.model.vlm.max_pixels == 4096
 
 
 def test_rollout_transport_reaches_trainer_and_orchestrator(fake_plugins):

@@ -167,12 +167,16 @@ RUNS: dict[str, GoldenRun] = {
         extra='[orchestrator.train.algo.sampling.source]\nname = "{frozen}"\nbase_url = "{url}"',
     ),
     # reverse KL to the policy shown the answer; a random tiny model barely reads its context,
-    # so it starts warm: taught to answer differently with and without the demonstration
+    # so it starts warm: taught to answer differently with and without the demonstration.
+    # Tolerance 1.0: the first window averages a KL of 1-3 nats falling to 0 within six
+    # steps, and which answers those steps sample moves it (1.96 recorded, 2.57 on a loaded
+    # two-core machine); an opsd that stopped learning would leave the later windows (~0) by
+    # more than that.
     "opsd": _distill(
         f'type = "opsd"\ndemo_key = "answer"\ntemplate = "{TEMPLATE}"',
         "loss/ref_kl",
         -0.5,
-        0.5,
+        1.0,
         prepare=_demo_warm_start,
         steps=15,
         lr=1e-3,

@@ -82,3 +82,40 @@ def test_cache_class_by_layer_kinds(state):
     with pytest.raises(ConfigError) as err:
         cache_class(odd)
     assert "\n" not in str(err.value) and "lfm2x" in str(err.value) and "conv" in str(err.value)
+
+
+def test_an_adapter_on_gated_deltanet_and_attention_samples_from_the_merged_model(state, hybrid_model):
+    """A LoRA adapter on the linear-attention projections (in_proj_qkv, out_proj) and on the
+    full-attention q_proj: its rows decode as the model with the adapter merged in, and a row
+    without it, in the same batch, as the base model."""
+    import copy
+
+    model, tok = reference(hybrid_model)
+    g = torch.Generator().manual_seed(3)
+    adapter = {}
+    for name, mod in state.engine.model.named_modules():
+        if name.endswith(("linear_attn.in_proj_qkv", "linear_attn.out_proj", "self_attn.q_proj")):
+            a = torch.randn(4, mod.in_features, generator=g) * 0.3
+            b = torch.randn(mod.out_features, 4, generator=g) * 0.3
+            adapter[name] = (a, b, 2.0)
+    assert {n.split(".")[-2] for n in adapter} == {"linear_attn", "self_attn"}
+    state.engine.lora.load("hybrid-adapter", adapter)  # the engine is idle between tests
+    merged = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, (a, b, scale) in adapter.items():
+            merged.get_submodule(name).weight += scale * b @ a
+    prompt = tok.encode("the quick brown fox", add_special_tokens=False)
+    params = GenParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    adapted, plain = (Request(prompt, params, adapter=x) for x in ("hybrid-adapter", None))
+    for r in (adapted, plain):
+        state.engine.submit(r)
+    for r, ref in ((adapted, merged), (plain, model)):
+        _wait(r)
+        assert r.error is None
+        with torch.no_grad():
+            want = ref.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, pad_token_id=0)
+        got = r.completions[0]
+        assert got.token_ids == want[0, len(prompt) :].tolist()
+        lps = reference_logprobs(ref, prompt + got.token_ids)[len(prompt) - 1 :]
+        assert max(abs(x - y) for x, y in zip(got.logprobs, lps, strict=True)) < 1e-4
+    assert adapted.completions[0].token_ids != plain.completions[0].token_ids  # the adapter mattered

@@ -188,6 +188,59 @@ def test_coloured_shapes_rollouts_send_the_image_with_the_prompt(vl_server):
     assert lps[0] != pytest.approx(lps[1], abs=1e-4)  # two images, two answers
 
 
+def _png(colour: str) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), colour).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _seeing(text: str, colour: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": text},
+                                        {"type": "image_url", "image_url": {"url": _png(colour)}}]}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_image_in_a_later_environment_message_reaches_the_model(vl_server):
+    """Multi-turn: the environment answers the policy's first reply with a message holding a
+    second image. The next turn renders the whole conversation again and sends both images;
+    its branch holds both widened (2 x 16 patch tokens), and its prompt, sampled tokens and
+    logprobs are the chat route's for the same messages."""
+    import httpx
+
+    from prl.tasks import Conversation
+
+    image_token = json.loads((Path(vl_server["model"]) / "config.json").read_text())["image_token_id"]
+    greedy = Sampling(max_tokens=4, temperature=0.0)
+
+    async def scenario():
+        async with InferenceHTTPClient(vl_server["url"], model=vl_server["model"]) as client:
+            system = {"role": "system", "content": "Answer."}
+            conv = Conversation(renderer_for(vl_server["model"]), [system, _seeing("What colour?", "red")])
+            await conv.sample(client, greedy)
+            conv.add(_seeing("And this one?", "blue"))
+            messages = [dict(m) for m in conv.messages]
+            await conv.sample(client, greedy)
+            return conv, messages
+
+    conv, messages = asyncio.run(scenario())
+    assert len(conv.branches) == 2  # the image in the observation started a new render
+    first, second = conv.branches
+    assert first.token_ids.count(image_token) == 16 and second.token_ids.count(image_token) == 32
+    assert second.images == [_png("red"), _png("blue")]
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0, "logprobs": True}
+    chat = httpx.post(f"{vl_server['url']}/v1/chat/completions", json=body, timeout=120).json()
+    sampled = [i for i, s in enumerate(second.sampled_mask) if s]
+    assert second.token_ids[: sampled[0]] == chat["prompt_token_ids"]
+    assert [second.token_ids[i] for i in sampled] == chat["choices"][0]["token_ids"]
+    served = [e["logprob"] for e in chat["choices"][0]["logprobs"]["content"]]
+    assert [second.logprobs[i] for i in sampled] == pytest.approx(served, abs=1e-4)
+
+
 @pytest.mark.slow
 def test_prl_eval_of_coloured_shapes_on_a_vision_language_model(vl_server, tmp_path):
     cfg = EvalConfig.model_validate(

@@ -124,3 +124,70 @@ def test_an_image_token_the_policy_sampled_is_an_ordinary_token(vl):
     with pytest.raises(ValueError, match="document 0: 15 image tokens for 1 image"):
         ids = torch.tensor([_prompt(vision, 15)])
         packed(ids, torch.arange(ids.shape[1])[None], ids, torch.ones(ids.shape), images=[[red]])
+
+
+def test_truncated_sampling_is_replayed_over_each_documents_kept_ids(vl):
+    """top_p / top_k sampling: the sampler's kept ids per token come with the micro-batch, and
+    each document's logprobs are renormalised over them, with its own pixels, as the text
+    policy does; a kept set that is not the trainer's top ids, or leaves the target out, is
+    flagged."""
+    vision, packed = vl
+    red, blue = _png("red"), _png("blue")
+    pix = {c: process_images([load_image(c)], packed.image_processor) for c in (red, blue)}
+    a, b = _prompt(vision, 16), _prompt(vision, 16)
+    with torch.no_grad():  # each document's last token is its model's first choice there
+        a[-1] = int(_logits(vision, a, pix[red])[-2].argmax())
+        b[-1] = int(_logits(vision, b, pix[blue])[-2].argmax())
+        full = torch.cat([_logits(vision, a, pix[red]), _logits(vision, b, pix[blue])])
+    ids = torch.tensor([a + b])
+    pos = torch.tensor([list(range(len(a))) + list(range(len(b)))])
+    targets = torch.roll(ids, -1)
+    top = full.topk(5, -1).indices
+    kept = torch.zeros(1, ids.shape[1], 4, dtype=torch.long)
+    valid = torch.zeros(1, ids.shape[1], 4, dtype=torch.bool)
+    agree, other, outside = len(a) - 2, len(a) - 3, ids.shape[1] - 2
+    kept[0, agree] = top[agree, :4]  # the trainer's own top 4, the target first among them
+    kept[0, other] = torch.tensor([int(targets[0, other]), 11, 12, 13])
+    kept[0, outside] = top[outside, 1:5]  # the target (its top id) left out
+    valid[0, [agree, other, outside]] = True
+    with torch.no_grad():
+        logp, _, mask_logp, flags = packed(ids, pos, targets, torch.ones_like(ids, dtype=torch.float32), True,
+                                           images=[[red], [blue]], replay=(kept, valid))  # fmt: skip
+    for p in (agree, other, outside):
+        assert torch.allclose(mask_logp[0, p], torch.log_softmax(full[p][kept[0, p]], -1), atol=1e-4)
+    # a kept target scores its kept-set logprob, one left out its full one
+    assert torch.allclose(logp[0, agree], torch.log_softmax(full[agree][kept[0, agree]], -1)[0], atol=1e-4)
+    assert torch.allclose(logp[0, outside], torch.log_softmax(full[outside], -1)[targets[0, outside]], atol=1e-4)
+    assert flags[0, [agree, other, outside]].tolist() == [False, True, True]
+    assert int(flags.sum()) == 2
+
+
+def _logits(vision, ids: list[int], pixels) -> torch.Tensor:
+    """Full next-token logits of one document with its pixels, from the image-text model's
+    own forward (what the sampler's distribution is before truncation)."""
+    t = torch.tensor([ids])
+    out = vision.hf(input_ids=t, pixel_values=pixels.pixel_values, image_grid_thw=pixels.image_grid_thw,
+                    mm_token_type_ids=(t == vision.image_token_id).int(), use_cache=False)  # fmt: skip
+    return out.logits[0].float()
+
+
+def test_the_packed_policy_processes_images_under_the_model_vlm_pixel_bounds(vl):
+    """[model.vlm] max_pixels: the trainer resizes each image as the server did when it
+    widened the placeholder (4 patch tokens for a 64x64 image bounded to 32x32 pixels, not
+    16), and scores the document with those pixels."""
+    from prl_trainer_torch.vision_rl import PackedVisionPolicy
+
+    from prl.config.policy import VLMConfig
+
+    vision, packed = vl
+    bounds = VLMConfig(max_pixels=32 * 32)
+    bounded = PackedVisionPolicy(vision, packed.image_processor, bounds)
+    red = _png("red")
+    ids = torch.tensor([_prompt(vision, 4)])
+    pos, temps = torch.arange(ids.shape[1])[None], torch.ones(ids.shape)
+    with torch.no_grad():
+        logp, _ = bounded(ids, pos, torch.roll(ids, -1), temps, images=[[red]])
+        pix = process_images([load_image(red)], packed.image_processor, bounds)
+        assert torch.allclose(logp[0, :-1], _alone(vision, _prompt(vision, 4), pix)[:-1], atol=1e-5)
+    with pytest.raises(ValueError, match="document 0: 4 image tokens for 1 image"):
+        packed(ids, pos, torch.roll(ids, -1), temps, images=[[red]])  # without the bounds: 16 expected

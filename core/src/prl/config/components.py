@@ -48,7 +48,8 @@ _SLURM = launcher_section("slurm")
 _MODEL_NAME = {"name": "model.name", "lora": "model.lora"}
 _MODEL = SharedFields({**_MODEL_NAME, "vlm": "model.vlm"})
 _TRAINER_MODEL = SharedFields({**_MODEL_NAME, "vlm": "model.vlm", "seq_len": "seq_len"})
-_INFERENCE_MODEL = SharedFields(_MODEL_NAME)
+# the server widens image placeholders with [model.vlm]'s pixel bounds, as the trainer does
+_INFERENCE_MODEL = SharedFields({**_MODEL_NAME, "vlm": "model.vlm"})
 _CHAT_TEMPLATE = SharedFields({"chat_template": "tokenizer.chat_template"})
 _TOKENIZER = SharedFields({f: f"tokenizer.{f}" for f in ("name", "trust_remote_code", "chat_template")})
 _LOG = SharedFields({f: f"log.{f}" for f in ("level", "json_logging")})

@@ -65,9 +65,7 @@ def check_image_sources(cfg: object) -> None:
     """``prl rl``: a source whose taskset puts images in its prompts
     (:attr:`prl.contracts.taskset.Taskset.sends_images`) trains a text model only if the
     config says the model sees images (``[model.vlm]``); otherwise the server would refuse
-    every rollout's images, so the run is refused as one line naming the source. Truncated
-    sampling (``top_p`` below 1, ``top_k``) is refused with images: its replay is not wired
-    into the vision-language policy yet."""
+    every rollout's images, so the run is refused as one line naming the source."""
     orch = getattr(cfg, "orchestrator", None)
     model = getattr(orch, "model", None)
     if model is None:
@@ -82,14 +80,6 @@ def check_image_sources(cfg: object) -> None:
                 raise ConfigError(
                     f"--orchestrator.{group}.source[{i}].env.taskset: {taskset.id} sends images in its prompts "
                     f"and {model.name} is trained as a text model: set [model.vlm] for a vision-language model"
-                )
-            sampling = getattr(section, "sampling", None)
-            if group == "train" and (getattr(sampling, "top_p", 1.0) < 1 or getattr(sampling, "top_k", None)):
-                # truncated sampling is replayed with the sampler's kept ids, which the
-                # vision-language policy does not take yet
-                raise ConfigError(
-                    f"--orchestrator.train.sampling: top_p below 1 or top_k with images in the prompts "
-                    f"({taskset.id}) is not supported yet; sample with top_p = 1 and no top_k"
                 )
 
 

@@ -48,10 +48,10 @@ def eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _vision(name: str, model: Any) -> Vision | None:
+def _vision(name: str, model: Any, vlm: Any = None) -> Vision | None:
     """The image processor of a vision-language model; without one it serves text only."""
     try:
-        vision = Vision.load(name, model)
+        vision = Vision.load(name, model, vlm)
     except OSError as exc:
         log.warning("%s has a vision tower but no image processor (%s): image parts will be refused", name, exc)
         return None
@@ -80,7 +80,7 @@ def load_state(cfg: InferenceConfig, api_key: str | None) -> ServerState:
     auto = AutoModelForImageTextToText if is_vision_dir(name) else AutoModelForCausalLM
     model = auto.from_pretrained(name, dtype=dtype, attn_implementation=b.attn_implementation)
     model.to(device).eval().requires_grad_(False)
-    vision = _vision(name, model)
+    vision = _vision(name, model, cfg.model.vlm)
     tok_cfg = cfg.tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tok_cfg.name or name, trust_remote_code=tok_cfg.trust_remote_code)
     template = tok_cfg.chat_template

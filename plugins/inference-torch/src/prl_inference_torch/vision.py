@@ -108,9 +108,10 @@ class Vision:
     image_processor: Any
     image_token_id: int
     merge_size: int
+    vlm: Any = None  # [model.vlm]: its min_pixels / max_pixels bound every image, as in training
 
     @classmethod
-    def load(cls, name: str, model: torch.nn.Module) -> Vision | None:
+    def load(cls, name: str, model: torch.nn.Module, vlm: Any = None) -> Vision | None:
         """The model's image processor when ``model`` has a vision tower, else None."""
         token = getattr(model.config, "image_token_id", None)
         if getattr(model.config, "vision_config", None) is None or token is None:
@@ -119,7 +120,7 @@ class Vision:
 
         proc = AutoImageProcessor.from_pretrained(name)
         merge = int(getattr(model.config.vision_config, "spatial_merge_size", 2))
-        return cls(proc, int(token), merge)
+        return cls(proc, int(token), merge, vlm)
 
     def render(
         self, messages: list[dict[str, Any]], render_text: Callable[[list[dict]], list[int]]
@@ -145,7 +146,7 @@ class Vision:
 
     def _widen(self, ids: list[int], images: list, where: str) -> tuple[list[int], PixelInputs]:
         try:
-            pixels = process_images(images, self.image_processor)
+            pixels = process_images(images, self.image_processor, self.vlm)
         except Exception as exc:  # the processor's own refusal (a degenerate size, ...)
             raise ApiError(f"images: the image processor cannot take these images ({exc})") from None
         counts = pixels.tokens_per_image(self.merge_size)

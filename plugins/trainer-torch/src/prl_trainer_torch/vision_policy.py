@@ -48,7 +48,11 @@ class VisionPolicy(nn.Module):
         pixels: PixelInputs | None,
         temperature: torch.Tensor | float = 1.0,
         entropy: bool = False,
+        replay: tuple[torch.Tensor, ...] | None = None,
     ) -> tuple[torch.Tensor, ...]:
+        """(logp, entropy) of ``targets``; with ``replay = (ids, valid)`` (the sampler's kept
+        ids per position, [1, n, K]) also the kept-set logprobs and mismatch flags, logp then
+        renormalised over the kept set (:func:`prl_trainer_torch.replay.policy_head`)."""
         if input_ids.shape[0] != 1:
             raise ValueError(f"VisionPolicy takes one document per call, got a batch of {input_ids.shape[0]}")
         kwargs = {}
@@ -70,4 +74,4 @@ class VisionPolicy(nn.Module):
             **kwargs,
         )
         weight = self.hf.get_output_embeddings().weight
-        return policy_head(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy)
+        return policy_head(out.last_hidden_state, weight, targets, temperature, self.chunk_size, entropy, replay)

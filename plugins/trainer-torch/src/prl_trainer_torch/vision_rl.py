@@ -7,13 +7,15 @@ the policy. :class:`PackedVisionPolicy` takes a packed micro-batch like the text
 (``[1, T]`` ids, positions restarting at 0 per document, targets, temperatures) and runs
 each document through :class:`~prl_trainer_torch.vision_policy.VisionPolicy` with its own
 pixels: the image features and 3-D rotary positions are per sequence, so documents are
-never packed into one forward here.
+never packed into one forward here. Truncated sampling's kept ids (sampling replay, the
+``replay`` argument) are cut per document the same way.
 
-The pixels come from the model's image processor with its own defaults, as the inference
-server made them when it widened each image placeholder (``[model.vlm]``'s
-``min_pixels``/``max_pixels`` shape SFT rows only). A document whose image tokens do not
-match its images' patch counts (a prompt cut by ``seq_len``, a server that processed the
-images differently) fails the step with one line naming it.
+The pixels come from the model's image processor under ``[model.vlm]``'s
+``min_pixels``/``max_pixels`` (its defaults where unset), as the inference server made them
+when it widened each image placeholder: ``prl rl`` shares ``[model.vlm]`` with the server. A
+document whose image tokens do not match its images' patch counts (a prompt cut by
+``seq_len``, a server that processed the images differently) fails the step with one line
+naming it.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ _CACHE_SIZE = 256
 class PackedVisionPolicy(nn.Module):
     """Packed micro-batch in, per-token (logp, entropy) out, one document per forward."""
 
-    def __init__(self, vision: VisionPolicy, image_processor: Any) -> None:
+    def __init__(self, vision: VisionPolicy, image_processor: Any, vlm: Any = None) -> None:
         super().__init__()
         self.vision = vision
         self.image_processor = image_processor
+        self.vlm = vlm  # [model.vlm]: pixel bounds, the ones the inference server applies too
         self._pixels: dict[tuple[str, ...], PixelInputs] = {}
         self.routing = None  # no MoE routing statistics for a vision-language policy
         self.route_replay = None
@@ -54,28 +57,26 @@ class PackedVisionPolicy(nn.Module):
         bounds: Any = None,
         replay: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if replay is not None:
-            raise ValueError(
-                "sampling replay (top_p/top_k below 1 with sampling masks) is not supported with images yet"
-            )
         starts = (position_ids[0] == 0).nonzero().flatten().tolist() + [input_ids.shape[1]]
         docs = list(zip(starts[:-1], starts[1:], strict=True))
         if images is not None and len(images) != len(docs):
             raise ValueError(f"micro-batch has {len(docs)} documents and {len(images)} image lists")
-        logps, ents = [], []
+        outs = []
         for d, (a, b) in enumerate(docs):
             refs = images[d] if images is not None else []
             pixels = self._pixels_of(refs, input_ids[0, a:b], d) if refs else None
-            logp, ent = self.vision(input_ids[:, a:b], targets[:, a:b], pixels, temperature[:, a:b], entropy=True)
-            logps.append(logp)
-            ents.append(ent)
-        return torch.cat(logps, 1), torch.cat(ents, 1)
+            # A document's slice of the sampling masks; their rows are found again per document.
+            part = None if replay is None else (replay[0][:, a:b], replay[1][:, a:b])
+            outs.append(self.vision(input_ids[:, a:b], targets[:, a:b], pixels, temperature[:, a:b], True, part))
+        # (logp, entropy) and, with replay, the kept-set logprobs and mismatch flags, each
+        # joined along the packed row
+        return tuple(torch.cat(parts, 1) for parts in zip(*outs, strict=True))
 
     def _pixels_of(self, refs: list[str], ids: torch.Tensor, doc: int) -> PixelInputs:
         key = tuple(refs)
         pixels = self._pixels.get(key)
         if pixels is None:
-            pixels = process_images([load_image(r) for r in refs], self.image_processor)
+            pixels = process_images([load_image(r) for r in refs], self.image_processor, self.vlm)
             if len(self._pixels) >= _CACHE_SIZE:
                 self._pixels.pop(next(iter(self._pixels)))
             self._pixels[key] = pixels
@@ -97,4 +98,4 @@ def build_vision_policy(mcfg: Any, dist: Any, dtype: torch.dtype) -> tuple[nn.Mo
 
     hf = load_vision_model(mcfg.name, dtype, mcfg.vlm)
     vision = parallelize_vision(hf, dist, mcfg)
-    return hf, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name))
+    return hf, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name), mcfg.vlm)
