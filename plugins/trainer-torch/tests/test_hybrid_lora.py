@@ -23,6 +23,7 @@ def hybrid_model(tmp_path_factory):
     return make_model(tmp_path_factory.mktemp("models") / "tiny-qwen3.5", "tiny-qwen3.5", seed=0)
 
 
+@pytest.mark.slow  # an SFT run and an export
 def test_lora_on_gated_deltanet_and_attention_trains_packed_and_merges(tmp_path, hybrid_model, reverse_data,
                                                                      sft_config, monkeypatch):  # fmt: skip
     from transformers import AutoModelForCausalLM

@@ -66,6 +66,7 @@ def _cli_sft(out, model, data, *flags: str):
     return [r["loss/mean"] for r in rows if "loss/mean" in r]
 
 
+@pytest.mark.slow  # two torchrun launches
 def test_two_fsdp_ranks_train_the_hybrid_model_as_one(tmp_path, hybrid_model, reverse_data):
     """FSDP2 over two gloo ranks (torchrun): each rank packs its share of the batch through the
     Gated DeltaNet layers, and the step's loss is the one-rank run's."""
