@@ -7,26 +7,17 @@ re-renders the conversation with every image."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
 
 import pytest
 
 import prl.images
 from prl.tasks import Conversation
 from prl.tasks.testing import END, ByteRenderer
+from prl.testing.images import png_url
 from prl.types import Generation, Sampling
 
 MARK = ord("~")  # the test's one-token placeholder
 WIDTH = 3  # patch tokens per image in this fake server
-
-
-def _png(colour: str) -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 8), colour).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
 class WideningClient:
@@ -54,7 +45,7 @@ def one_token_placeholder(monkeypatch):
 def _user(text: str, colour: str | None = None) -> dict:
     content = [{"type": "text", "text": text}]
     if colour:
-        content.append({"type": "image_url", "image_url": {"url": _png(colour)}})
+        content.append({"type": "image_url", "image_url": {"url": png_url(colour, 8)}})
     return {"role": "user", "content": content}
 
 
@@ -63,7 +54,7 @@ def test_the_branch_holds_the_widened_prompt_and_later_images_re_render():
     conv = Conversation(ByteRenderer(), [{"role": "system", "content": "s"}, _user("Name it.", "red")])
     asyncio.run(conv.sample(client, Sampling(max_tokens=4)))
     (sent, images) = client.calls[0]
-    assert images == [_png("red")] and sent.count(MARK) == 1
+    assert images == [png_url("red", 8)] and sent.count(MARK) == 1
     (branch,) = conv.branches
     assert branch.token_ids.count(MARK) == WIDTH
     at = branch.token_ids.index(MARK)
@@ -77,13 +68,13 @@ def test_the_branch_holds_the_widened_prompt_and_later_images_re_render():
     asyncio.run(conv.sample(client, Sampling(max_tokens=4)))
     sent, images = client.calls[1]
     assert sent == branch.token_ids[:-3] and sent.count(MARK) == WIDTH
-    assert images == [_png("red")] and len(conv.branches) == 1
+    assert images == [png_url("red", 8)] and len(conv.branches) == 1
 
     # a message with an image: the whole conversation is rendered again, with both images
     conv.add(_user("And this?", "blue"))
     asyncio.run(conv.sample(client, Sampling(max_tokens=4)))
     sent, images = client.calls[2]
-    assert images == [_png("red"), _png("blue")] and sent.count(MARK) == 2
+    assert images == [png_url("red", 8), png_url("blue", 8)] and sent.count(MARK) == 2
     assert len(conv.branches) == 2 and conv.branches[1].token_ids.count(MARK) == 2 * WIDTH
 
 

@@ -9,8 +9,6 @@ for an image it cannot read or a path on the server's own disk."""
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import shutil
 from pathlib import Path
@@ -19,6 +17,8 @@ import httpx
 import pytest
 import torch
 
+from prl.testing.images import png_url
+
 pytestmark = pytest.mark.slow
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
@@ -26,17 +26,8 @@ QUESTION = {"type": "text", "text": "What colour is the shape?"}
 TOKENS = 12
 
 
-def _png(colour: str) -> str:
-    from PIL import Image
-
-    img = Image.new("RGB", (64, 64), colour)
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
 def _image(colour: str) -> dict:
-    return {"type": "image_url", "image_url": {"url": _png(colour)}}
+    return {"type": "image_url", "image_url": {"url": png_url(colour)}}
 
 
 def _chat(server, content, **extra) -> httpx.Response:
@@ -85,7 +76,7 @@ def _reference(model_dir: str, prompt_ids: list[int], colour: str) -> tuple[list
     from prl.images import load_image
 
     model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
-    pixels = AutoImageProcessor.from_pretrained(model_dir)(images=[load_image(_png(colour))], return_tensors="pt")
+    pixels = AutoImageProcessor.from_pretrained(model_dir)(images=[load_image(png_url(colour))], return_tensors="pt")
     ids = torch.tensor([prompt_ids])
     out = model.generate(
         input_ids=ids,
@@ -175,22 +166,22 @@ def test_the_token_route_widens_placeholders_and_answers_as_the_chat_route(vl_se
     pad = tok.convert_tokens_to_ids("<|image_pad|>")
     one = [t for i, t in enumerate(widened) if t != pad or widened[i - 1] != pad]  # one pad per image
     sampling = {"max_tokens": 6, "temperature": 0}
-    res = _generate(vl_server, {"token_ids": one, "images": [_png("green")], "sampling_params": sampling})
+    res = _generate(vl_server, {"token_ids": one, "images": [png_url("green")], "sampling_params": sampling})
     assert res.status_code == 200, res.text
     body = res.json()
     assert body["prompt_token_ids"] == widened
     assert body["choices"][0]["token_ids"] == chat["choices"][0]["token_ids"]
     # sent back already widened (a later turn), it is taken as it is
-    again = _generate(vl_server, {"token_ids": widened, "images": [_png("green")], "sampling_params": sampling})
+    again = _generate(vl_server, {"token_ids": widened, "images": [png_url("green")], "sampling_params": sampling})
     assert again.json()["choices"][0]["token_ids"] == chat["choices"][0]["token_ids"]
     # one placeholder, two images
-    bad = _generate(vl_server, {"token_ids": one, "images": [_png("green")] * 2, "sampling_params": sampling})
+    bad = _generate(vl_server, {"token_ids": one, "images": [png_url("green")] * 2, "sampling_params": sampling})
     assert bad.status_code == 400
     assert bad.json()["error"]["message"].startswith("token_ids: the rendered sample has 1 image placeholders for 2")
 
 
 def test_a_text_model_refuses_images_on_the_token_route(inference_server):
-    res = _generate(inference_server.base_url, {"token_ids": [1, 2, 3], "images": [_png("red")]})
+    res = _generate(inference_server.base_url, {"token_ids": [1, 2, 3], "images": [png_url("red")]})
     assert res.status_code == 400
     assert res.json()["error"]["message"].startswith("images: ")
     assert "is a text model and cannot see images" in res.json()["error"]["message"]

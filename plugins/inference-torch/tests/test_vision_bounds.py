@@ -5,23 +5,13 @@ expects for the same image under the same bounds (``prl.images.process_images``)
 
 from __future__ import annotations
 
-import base64
-import io
-
 import pytest
 from prl_inference_torch.loading import load_state
 
 from prl.config.components import InferenceConfig
 from prl.config.policy import VLMConfig
 from prl.images import load_image, process_images
-
-
-def _png(side: int) -> str:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (side, side), "red").save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+from prl.testing.images import png_url
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +31,7 @@ def _vision(model: str, vlm: dict | None):
 def test_the_server_widens_images_under_the_model_vlm_pixel_bounds(vl_model):
     default, bounded = _vision(vl_model, None), _vision(vl_model, {"max_pixels": 32 * 32})
     pad = default.image_token_id
-    image = _png(64)
+    image = png_url("red", 64)
     wide, _ = default.widen([1, pad, 2], [image])
     narrow, _ = bounded.widen([1, pad, 2], [image])
     assert wide.count(pad) == 16 and narrow.count(pad) == 4  # 64x64 px scaled to 32x32

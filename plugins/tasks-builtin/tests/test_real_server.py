@@ -26,6 +26,7 @@ from prl.config.roots import EvalConfig  # noqa: E402
 from prl.envs import EnvSource  # noqa: E402
 from prl.eval import run_eval  # noqa: E402
 from prl.plugins import get_registry  # noqa: E402
+from prl.testing.images import png_url  # noqa: E402
 from prl.types import Sampling  # noqa: E402
 
 
@@ -188,20 +189,9 @@ def test_coloured_shapes_rollouts_send_the_image_with_the_prompt(vl_server):
     assert lps[0] != pytest.approx(lps[1], abs=1e-4)  # two images, two answers
 
 
-def _png(colour: str) -> str:
-    import base64
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (64, 64), colour).save(buf, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
-
-
 def _seeing(text: str, colour: str) -> dict:
     return {"role": "user", "content": [{"type": "text", "text": text},
-                                        {"type": "image_url", "image_url": {"url": _png(colour)}}]}  # fmt: skip
+                                        {"type": "image_url", "image_url": {"url": png_url(colour)}}]}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -231,7 +221,7 @@ def test_an_image_in_a_later_environment_message_reaches_the_model(vl_server):
     assert len(conv.branches) == 2  # the image in the observation started a new render
     first, second = conv.branches
     assert first.token_ids.count(image_token) == 16 and second.token_ids.count(image_token) == 32
-    assert second.images == [_png("red"), _png("blue")]
+    assert second.images == [png_url("red"), png_url("blue")]
     body = {"messages": messages, "max_tokens": 4, "temperature": 0, "logprobs": True}
     chat = httpx.post(f"{vl_server['url']}/v1/chat/completions", json=body, timeout=120).json()
     sampled = [i for i, s in enumerate(second.sampled_mask) if s]
