@@ -116,7 +116,7 @@ def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict, pre
         tt._sync(dev)
         profiling = args.profile and step == len(steps_docs)
         t0 = time.perf_counter()
-        with _profiler(profiling) as prof:
+        with _profiler(profiling, args.stacks) as prof:
             metrics = run.train_step(step)
             tt._sync(dev)
         times.append(time.perf_counter() - t0)
@@ -129,7 +129,7 @@ def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict, pre
             flush=True,
         )
         if profiling:
-            _print_profile(prof, times[-1])
+            _print_profile(prof, times[-1], args.stacks)
     n = len(steps_docs) - args.profile  # the profiled step is not timed
     out = tt._summary(v["name"], losses[:n], times[:n], flops[:n], steps_docs[:n], args, dev, 1)
     out["peak_memory_gib"] = peak_memory_gib(dev)
@@ -140,7 +140,7 @@ def run_rl_step(cfg, steps_docs, args, work: Path, model_dir: Path, v: dict, pre
     return out
 
 
-def _profiler(on: bool):
+def _profiler(on: bool, stacks: bool = False):
     import contextlib
 
     if not on:
@@ -148,11 +148,27 @@ def _profiler(on: bool):
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    return profile(activities=acts)
+    return profile(activities=acts, with_stack=stacks)
 
 
-def _print_profile(prof, wall: float) -> None:
+# host calls that wait for (or hand work to) the GPU: with --stacks, where in prl's code each comes from
+WAITS = ("cudaMemcpyAsync", "cudaStreamSynchronize", "Command Buffer Full", "cudaMemsetAsync")
+
+
+def _print_stacks(prof) -> None:
+    rows = [e for e in prof.key_averages(group_by_stack_n=12) if e.key in WAITS]
+    rows.sort(key=lambda e: -e.self_cpu_time_total)
+    for e in rows[:20]:
+        frames = [f for f in e.stack if "prl" in f or "benchmarks" in f or "transformers" in f][:6]
+        print(f"{e.key}: {e.count} calls, {e.self_cpu_time_total / 1e3:.1f} ms host")
+        for f in frames:
+            print(f"    {f}")
+
+
+def _print_profile(prof, wall: float, stacks: bool = False) -> None:
     """How busy the GPU was during the profiled step, and where the host spent its time."""
+    if stacks:
+        _print_stacks(prof)
     events = prof.key_averages()
     # "Command Buffer Full" is the host waiting for room in the launch queue, not a kernel
     gpu = sum(e.self_device_time_total for e in events if e.key != "Command Buffer Full") / 1e6
@@ -180,6 +196,7 @@ def main() -> int:
         help="rl_step settings, repeatable: name=X,ac=0|1,freq=N,seq=N,offload=0|1,annotations=0|1",
     )
     p.add_argument("--profile", action="store_true", help="profile one extra rl_step step per variant")
+    p.add_argument("--stacks", action="store_true", help="with --profile: where host waits come from")
     p.add_argument("--only", default="rl_step,packed,plain", help="comma list of rl_step, packed, plain")
     p.add_argument("--tiny", action="store_true", help="a 2-layer model (CPU smoke test)")
     p.add_argument("--out", default=None)

@@ -114,11 +114,11 @@ def sft20(prepared, tmp_path_factory) -> Path:
     return tmp / "sft20"
 
 
-def _rl(model: Path, runs: Path, steps: int, log: Path, *extra: str) -> list[dict]:
+def _rl(model: Path, runs: Path, steps: int, log: Path, *extra: str, toml: Path = EXAMPLE / "rl.toml") -> list[dict]:
     import json
 
     _run(
-        PRL, "rl", "@", str(EXAMPLE / "rl.toml"), "--model.name", str(model),
+        PRL, "rl", "@", str(toml), "--model.name", str(model),
         "--max-steps", str(steps), "--output-dir", str(runs), "--no-dashboard",
         "--inference.server.port", "0", *extra, log=log,  # a free port: tests run side by side
     )  # fmt: skip
@@ -153,3 +153,38 @@ def test_truncated_sampling_with_images_is_replayed_by_the_trainer(sft20, tmp_pa
     assert trainer and "mismatch/sampling_mask" in trainer[0], trainer[:1]
     assert trainer[0]["mismatch/sampling_mask"] < 0.01, trainer[0]
     assert trainer[0]["mismatch_kl/all/mean"] < 1e-4, trainer[0]
+
+
+@pytest.mark.slow
+def test_lora_rl_with_images_trains_an_adapter_on_the_language_model(sft20, tmp_path):
+    """[model.lora] with [model.vlm]: the adapter sits on the language model only, the
+    engine serves it with the prompts' images (the trainer scores the sampler's tokens alike),
+    and the adapter-only checkpoint exports merged into a whole image-text model."""
+    import torch
+
+    toml = tmp_path / "rl-lora.toml"
+    lora = '\n[model.lora]\nrank = 8\nalpha = 16\ntarget_modules = ["q_proj", "v_proj", "in_proj_qkv", "out_proj"]\n'
+    toml.write_text((EXAMPLE / "rl.toml").read_text() + lora)
+    rows = _rl(sft20, tmp_path / "runs", 3, tmp_path / "rl.log", "--trainer.optim.lr", "5e-3", toml=toml)
+    mismatch = [r["mismatch_kl/all/mean"] for r in rows if "mismatch_kl/all/mean" in r]
+    assert len(mismatch) == 3 and mismatch[0] < 1e-4 and max(mismatch) < 0.3, mismatch
+    (served,) = (tmp_path / "runs" / "coloured-shapes-rl" / "logs").glob("*/inference.log")
+    loaded = re.findall(r"serving LoRA adapter 'prl-lora' from \S+/step_(\d+)", served.read_text())
+    assert {"1", "2"} <= set(loaded), loaded  # the engine swapped in each trained adapter
+    step = tmp_path / "runs" / "coloured-shapes-rl" / "checkpoints" / "step_3"
+    out = tmp_path / "merged"
+    _run(PRL, "export", str(step), str(out), "--merge-lora", "--dtype", "float32", log=tmp_path / "export.log")
+    base, merged = _weights(sft20), _weights(out)
+    assert base.keys() == merged.keys()  # a whole image-text model, no adapter left
+    changed = {k for k in base if not torch.equal(base[k], merged[k])}
+    assert changed and all(".language_model." in k for k in changed), sorted(changed)[:5]
+    assert {k.split(".")[-2] for k in changed} == {"q_proj", "v_proj", "in_proj_qkv", "out_proj"}
+
+
+def _weights(model_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out

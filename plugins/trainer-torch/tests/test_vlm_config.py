@@ -110,12 +110,12 @@ def test_rl_with_vlm_on_a_text_model_is_one_line(tmp_path, models):
     assert f"--trainer.model.vlm: {models['tiny']} is not a vision-language model prl can train" in line
 
 
-def test_rl_with_vlm_and_lora_is_one_line(tmp_path, models):
-    """The vision-language RL trainer trains the whole image-text model: an adapter would be
-    left out without a word, so the pair is refused."""
+def test_rl_with_vlm_and_lora_resolves_for_trainer_and_orchestrator(tmp_path, models):
+    """[model.lora] with [model.vlm] in RL: an adapter on the language model (the trainer's
+    vision_rl), so both sections reach the trainer and the orchestrator asks for the adapter."""
     cfg = _rl_toml(tmp_path, models["tiny-qwen3.5-vl"], "\n[model.vlm]\n\n[model.lora]\nrank = 4")
     res = CliRunner().invoke(app, ["rl", "@", str(cfg), "--output-dir", str(tmp_path / "o"), "--dry-run"])
-    assert res.exit_code == 2, res.output
-    assert res.output.strip().splitlines()[-1] == (
-        "Config file error: --trainer.model.vlm: LoRA ([model.lora]) of a vision-language model is not supported yet"
-    )
+    assert res.exit_code == 0, res.output
+    (trainer,) = (tmp_path / "o").glob("*/configs/attempt_1/resolved/trainer.json")
+    model = json.loads(trainer.read_text())["model"]
+    assert model["lora"]["rank"] == 4 and model["vlm"]["freeze_vision_encoder"] is True

@@ -155,9 +155,6 @@ class ModelTrainConfig(TrainerModelConfig):
             and self.lora is None
         ):
             return
-        if self.vlm is not None and self.lora is not None:
-            # the vision-language trainers train the whole image-text model
-            raise ValueError("vlm: LoRA ([model.lora]) of a vision-language model is not supported yet")
         path = Path(model_dir) / "config.json"
         try:
             config = json.loads(path.read_text())

@@ -28,6 +28,7 @@ from prl_trainer_torch.checkpoint import ADAPTER_CONFIG, single_process_quiet
 from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, has_vision_tower, model_source
 from prl_trainer_torch.lora import apply_lora, is_adapter_key
 from prl_trainer_torch.lora import merge_lora as merge_lora_into
+from prl_trainer_torch.vision_policy import lora_root
 
 
 def export_checkpoint(
@@ -61,7 +62,8 @@ def export_checkpoint(
             )
         return _export_under_torchrun(step_dir, out, dtype, num_workers)
     model_name, tokenizer = model_source(step_dir)
-    if has_vision_tower(step_dir):
+    vision = has_vision_tower(step_dir)
+    if vision:
         if dtype == "fp8":
             raise ConfigError(
                 "export: --dtype fp8 is for text models; this checkpoint has a vision tower", "Usage error"
@@ -70,8 +72,8 @@ def export_checkpoint(
     else:
         model_class = AutoModelForCausalLM
     hf = model_class.from_pretrained(model_name, dtype=torch.float32)
-    if lora is not None:
-        apply_lora(hf, _LoraSettings.of(lora))
+    if lora is not None:  # where the run put it: an image-text model's adapter is on its language model
+        apply_lora(lora_root(hf) if vision else hf, _LoraSettings.of(lora))
     opts = StateDictOptions(full_state_dict=False, strict=lora is None)
     state = {"model": get_model_state_dict(hf, options=opts)}
     if lora is not None:

@@ -50,12 +50,13 @@ def check_checkpoint(step_dir: Path) -> None:
 
 
 def has_vision_tower(step_dir: Path) -> bool:
-    """Whether the checkpoint holds a vision tower (a ``[model.vlm]`` run trains the whole
-    image-text model; a text run of the same model holds its language model only)."""
+    """Whether the checkpoint is of an image-text model: it holds a vision tower (a
+    ``[model.vlm]`` run trains the whole model; a text run of the same model holds its
+    language model only), or it is a LoRA adapter on such a model's language model."""
     import torch.distributed.checkpoint as dcp
 
     keys = dcp.FileSystemReader(str(Path(step_dir) / "trainer")).read_metadata().state_dict_metadata
-    return any(k.startswith("model.") and ".visual." in k for k in keys)
+    return any(k.startswith("model.") and (".visual." in k or ".language_model." in k) for k in keys)
 
 
 def export_tensors(hf: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

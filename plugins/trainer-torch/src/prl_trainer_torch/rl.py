@@ -135,9 +135,9 @@ class RLRun:
         (:mod:`prl_trainer_torch.vision_rl`) and the published weights include the tower."""
         from prl_trainer_torch.vision_rl import build_vision_policy
 
-        self.hf, self.policy = build_vision_policy(mcfg, self.dist, resolve_dtype(mcfg.dtype, self.dist.device))
+        dtype = resolve_dtype(mcfg.dtype, self.dist.device)
+        self.hf, self.policy, self.adapter = build_vision_policy(mcfg, self.dist, dtype)
         self.n_params = count_params(self.hf)[1]
-        self.adapter = None  # [model.lora] with [model.vlm] is refused when the config resolves
 
     def _resume(self) -> None:
         step_dir = rl_resume_dir(self.config, self.ckpt_root)

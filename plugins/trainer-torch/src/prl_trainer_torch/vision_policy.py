@@ -30,6 +30,15 @@ def load_vision_model(name: str, dtype: torch.dtype, vlm, attn: str = "sdpa") ->
     return model
 
 
+def lora_root(hf: nn.Module) -> nn.Module:
+    """Where ``[model.lora]`` adapts an image-text model: its language model only. The
+    vision tower stays as loaded (its batch is image patches, not the rows an inference
+    engine's per-row adapters index), and every weight outside the adapter is frozen."""
+    for p in hf.parameters():
+        p.requires_grad_(False)
+    return hf.get_decoder()
+
+
 class VisionPolicy(nn.Module):
     """Wraps a Qwen-VL conditional-generation model; forward gives (logp, entropy) of the
     targets of one document ([1, n] ids and targets) with its images' pixels (or None)."""

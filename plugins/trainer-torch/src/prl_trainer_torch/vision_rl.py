@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from prl.images import PixelInputs, load_image, process_images
-from prl_trainer_torch.vision_policy import VisionPolicy, load_vision_model
+from prl_trainer_torch.lora import Adapter
+from prl_trainer_torch.vision_policy import VisionPolicy, load_vision_model, lora_root
 from prl_trainer_torch.vision_sft import parallelize_vision
 
 # Pixels of recent image lists, so the backward's recomputation and the next micro-batch
@@ -90,12 +91,15 @@ class PackedVisionPolicy(nn.Module):
         return pixels
 
 
-def build_vision_policy(mcfg: Any, dist: Any, dtype: torch.dtype) -> tuple[nn.Module, PackedVisionPolicy]:
-    """(the image-text model, the RL policy over it) for ``trainer.model`` with ``[model.vlm]``:
-    the vision tower frozen unless ``freeze_vision_encoder = false``, FSDP2 over the vision
+def build_vision_policy(mcfg: Any, dist: Any, dtype: torch.dtype) -> tuple[nn.Module, PackedVisionPolicy, Any]:
+    """(the image-text model, the RL policy over it, the LoRA adapter or None) for
+    ``trainer.model`` with ``[model.vlm]``: the vision tower frozen unless
+    ``freeze_vision_encoder = false``; with ``[model.lora]`` only an adapter on the language
+    model trains (:func:`~prl_trainer_torch.vision_policy.lora_root`); FSDP2 over the vision
     blocks and decoder layers with several ranks."""
     from transformers import AutoImageProcessor
 
     hf = load_vision_model(mcfg.name, dtype, mcfg.vlm)
+    adapter = Adapter(lora_root(hf), mcfg.lora, mcfg.name) if mcfg.lora is not None else None
     vision = parallelize_vision(hf, dist, mcfg)
-    return hf, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name), mcfg.vlm)
+    return hf, PackedVisionPolicy(vision, AutoImageProcessor.from_pretrained(mcfg.name), mcfg.vlm), adapter
