@@ -46,6 +46,9 @@ def clean_metrics(metrics: dict[str, Any]) -> dict[str, int | float]:
     return out
 
 
+_PLAIN = frozenset({int, bool, str, type(None)})
+
+
 def round_floats(value: Any, decimals: int) -> Any:
     """A copy of ``value`` with every float rounded and non-finite floats set to None."""
     if isinstance(value, float):
@@ -53,7 +56,17 @@ def round_floats(value: Any, decimals: int) -> Any:
     if isinstance(value, dict):
         return {k: round_floats(v, decimals) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [round_floats(v, decimals) for v in value]
+        # Per-token arrays (a trainer step's annotations: tens of thousands of values, written
+        # while the GPU waits for the next step) are handled inline, not with a call per value.
+        finite = math.isfinite
+        return [
+            (round(v, decimals) if finite(v) else None)
+            if type(v) is float
+            else v
+            if type(v) in _PLAIN
+            else round_floats(v, decimals)
+            for v in value
+        ]
     return value
 
 

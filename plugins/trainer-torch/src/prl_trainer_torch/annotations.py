@@ -22,13 +22,15 @@ so every rank agrees on whether to take part in the gather.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as tdist
 
 from prl.contracts.monitor import Monitor
-from prl_trainer_torch.token_export import Sequence, host_lists, sequences
+from prl_trainer_torch.token_export import Sequence, host_lists_later, sequences
 
 if TYPE_CHECKING:  # annotations only
     from prl.config.components import TrainerConfig
@@ -90,17 +92,27 @@ class AnnotationCollector:
     @property
     def records(self) -> list[dict[str, Any]]:
         """This rank's records of the step so far."""
+        return self.records_later()()
+
+    def records_later(self) -> Callable[[], list[dict[str, Any]]]:
+        """:attr:`records` in two halves: their one device-to-host copy is queued now, and
+        the returned function waits for it and builds them (see :class:`NoteWriter`)."""
         names = ("advantages", "trainer_logprobs", "entropies", "loss_mask")
         kept = []  # padding micro-batches have no sequences: nothing of theirs is copied
         for micro_step, mb, logp, entropy in self._pending:
             parts = list(sequences(mb))
             if parts:
                 kept.append((micro_step, parts, (mb.advantages, logp, entropy, mb.loss_mask)))
-        values = iter(host_lists([t for *_, tensors in kept for t in tensors]))
-        out = []
-        for micro_step, parts, _ in kept:
-            out.extend(self._records(micro_step, parts, {name: next(values) for name in names}))
-        return out
+        lists = host_lists_later([t for *_, tensors in kept for t in tensors])
+
+        def build() -> list[dict[str, Any]]:
+            values = iter(lists())
+            out = []
+            for micro_step, parts, _ in kept:
+                out.extend(self._records(micro_step, parts, {name: next(values) for name in names}))
+            return out
+
+        return build
 
     def _records(self, micro_step: int, parts: list[Sequence], arrays: dict[str, list]) -> list[dict[str, Any]]:
         out = []
@@ -124,6 +136,46 @@ class AnnotationCollector:
         parts: list[Any] | None = [None] * self.world if self.rank == 0 else None
         tdist.gather_object(self.records, parts, dst=0)
         return [r for part in parts or [] for r in part]
+
+
+class NoteWriter:
+    """Hands each step's records to the monitors, on a background thread with one rank.
+
+    Building and writing a step's records is Python work over every token (tens of
+    milliseconds for a 32k-token step); done in line, the GPU would wait for it between the
+    backward and the optimizer. Here the step only queues the records' copy to the host and
+    a worker thread builds and writes them while the optimizer and the next step run. Steps
+    are written in order, and :meth:`wait` (before a checkpoint, at close) lets the last one
+    finish. With several ranks the records meet on rank 0 through a collective, which every
+    rank must call in step, so they are written in line."""
+
+    def __init__(self, monitors: list[Monitor]) -> None:
+        self.monitors = monitors
+        self._pool: ThreadPoolExecutor | None = None
+        self._last: Future | None = None
+
+    def write(self, collector: AnnotationCollector) -> None:
+        """Write ``collector``'s records of its step (see the class docstring)."""
+        if collector.world > 1:
+            log_annotations(self.monitors, collector.gather(), collector.step)
+            return
+        build, step = collector.records_later(), collector.step
+        self.wait()  # the previous step's records first (and its error, if it failed)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="prl-annotations")
+        self._last = self._pool.submit(lambda: log_annotations(self.monitors, build(), step))
+
+    def wait(self) -> None:
+        """Until every step handed over is written; re-raises a failed write."""
+        last, self._last = self._last, None
+        if last is not None:
+            last.result()
+
+    def close(self) -> None:
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 def log_annotations(monitors: list[Monitor], records: list[dict[str, Any]], step: int) -> None:

@@ -91,6 +91,7 @@ class RLRun:
         self.annotator = None
         if notes.wanted(config):
             self.annotator = notes.AnnotationCollector(self.dist.rank, self.dist.world, config.loss.type)
+        self.notes = notes.NoteWriter(self.monitors)
 
     def build_model(self, config: TrainerConfig) -> None:
         """Model, optimizer and schedule as a fresh run starts them (``prl replay`` of step 1
@@ -199,13 +200,14 @@ class RLRun:
         if self.exporter is not None:
             self.exporter.finish()
         if self.annotator is not None:
-            notes.log_annotations(self.monitors, self.annotator.gather(), self.annotator.step)
+            self.notes.write(self.annotator)  # built and written while the optimizer runs
         lr = self.optimizer.param_groups[0]["lr"]
         grad_norm = optimizer_step(self.optimizer, self.policy, self.config.optim.max_norm)
         self.scheduler.step()
         return reduce_stats(stats, self.dist.world), grad_norm, lr
 
     def save(self, final: bool) -> None:
+        self.notes.wait()  # a checkpointed step's annotations are on disk with it
         step = self.progress["step"]
         if not layout.save_due(self.config.ckpt, step, final):
             return
@@ -251,6 +253,7 @@ class RLRun:
             step += 1
 
     def close(self) -> None:
+        self.notes.close()
         self.gc.close()
         for m in self.monitors:
             m.close()

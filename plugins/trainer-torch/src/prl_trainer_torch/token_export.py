@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,19 +65,38 @@ def host_lists(tensors: list[torch.Tensor]) -> list[list]:
     """Each 1-D tensor as a Python list, all in one device-to-host copy (one copy per
     tensor would make the host wait for the GPU each time): floating values as float32
     gives them, integers as ints (exact below 2**53: token and position ids), bools as bools."""
+    return host_lists_later(tensors)()
+
+
+def host_lists_later(tensors: list[torch.Tensor]) -> Callable[[], list[list]]:
+    """:func:`host_lists` in two halves: the one copy is queued now (asynchronous, into
+    pinned memory, on a GPU) and the returned function waits for it and makes the lists,
+    so another thread can do that while this one queues more work."""
     if not tensors:
-        return []
-    flat = torch.cat([_as_double(t.detach().reshape(-1)) for t in tensors]).tolist()
-    out, at = [], 0
-    for t in tensors:
-        values = flat[at : at + t.numel()]
-        at += t.numel()
-        if t.dtype == torch.bool:
-            values = [v != 0 for v in values]
-        elif not t.dtype.is_floating_point:
-            values = [int(v) for v in values]
-        out.append(values)
-    return out
+        return list
+    kinds = [(t.numel(), t.dtype) for t in tensors]
+    flat = torch.cat([_as_double(t.detach().reshape(-1)) for t in tensors])
+    done = None
+    if flat.device.type == "cuda":
+        flat = flat.to("cpu", non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+    def lists() -> list[list]:
+        if done is not None:
+            done.synchronize()
+        values, out, at = flat.tolist(), [], 0
+        for n, dtype in kinds:
+            part = values[at : at + n]
+            at += n
+            if dtype == torch.bool:
+                part = [v != 0 for v in part]
+            elif not dtype.is_floating_point:
+                part = [int(v) for v in part]
+            out.append(part)
+        return out
+
+    return lists
 
 
 def _as_double(t: torch.Tensor) -> torch.Tensor:
