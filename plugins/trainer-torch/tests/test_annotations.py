@@ -7,8 +7,6 @@ import math
 import multiprocessing as mp
 import os
 import socket
-import threading
-import time
 
 import pytest
 import torch
@@ -162,54 +160,3 @@ def test_two_ranks_gather_every_record_on_rank_0():
         p.join(timeout=60)
         assert p.exitcode == 0
     assert got == {0: [("trace-a", 0), ("trace-b", 1)], 1: []}
-
-
-class _SlowKeeper:
-    """A monitor that keeps annotations slowly, noting the thread each step reached it on."""
-
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.seen: list[tuple[int, str, list[str]]] = []
-        self.fail_at = fail_at
-
-    def log_annotations(self, records, step):
-        time.sleep(0.05)
-        if step == self.fail_at:
-            raise OSError("disk full")
-        self.seen.append((step, threading.current_thread().name, [r["trace_id"] for r in records]))
-
-
-def _step_into(collector, policy, step: int) -> None:
-    a, b = _samples()
-    collector.begin(step)
-    mb = to_micro_batch(micro_batch([a, b]), CPU)
-    loss = TrainerConfig.model_validate(BASE | {"loss": {"type": "ipo"}}).loss.build()
-    run_micro_batches(policy, loss, [mb], world=1, export=notes.Fanout(None, collector))
-
-
-def test_one_rank_writes_each_steps_records_off_the_step_in_order(monkeypatch):
-    """The step hands its records over and goes on; a worker thread writes them, step after
-    step, and ``wait`` (a checkpoint, close) returns once the last is written."""
-    keeper = _SlowKeeper()
-    monkeypatch.setattr(notes, "keeps_annotations", lambda m: m is keeper)
-    writer, collector, policy = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo"), TinyPolicy()
-    for step in (1, 2, 3):
-        _step_into(collector, policy, step)
-        writer.write(collector)
-        if step == 1:
-            assert keeper.seen == []  # handed over: the monitor (50 ms) has not finished it yet
-    assert len(keeper.seen) < 3  # nor the last step's
-    writer.close()
-    assert [s for s, *_ in keeper.seen] == [1, 2, 3]
-    assert all(name.startswith("prl-annotations") for _, name, _ in keeper.seen)
-    assert all(ids == ["trace-a", "trace-b"] for *_, ids in keeper.seen)
-
-
-def test_a_failed_background_write_fails_the_next_step(monkeypatch):
-    keeper = _SlowKeeper(fail_at=1)
-    monkeypatch.setattr(notes, "keeps_annotations", lambda m: m is keeper)
-    writer, collector, policy = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo"), TinyPolicy()
-    _step_into(collector, policy, 1)
-    writer.write(collector)
-    _step_into(collector, policy, 2)
-    with pytest.raises(OSError, match="disk full"):
-        writer.write(collector)
