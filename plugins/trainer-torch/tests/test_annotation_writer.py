@@ -9,28 +9,12 @@ import time
 import pytest
 import torch
 from prl_trainer_torch import annotations as notes
-from prl_trainer_torch.logprobs import chunked_logprobs
-from prl_trainer_torch.rl_step import run_micro_batches, to_micro_batch
+from prl_trainer_torch.rl_step import to_micro_batch
 
-from prl.config.components import TrainerConfig
 from prl.orchestrator.packing import micro_batch
 from prl.types import TrainingSample
 
 CPU = torch.device("cpu")
-BASE = {"weight_broadcast": {"type": "filesystem"}}
-
-
-class TinyPolicy(torch.nn.Module):
-    """An embedding scored by an output matrix (the real log-prob kernel)."""
-
-    def __init__(self, vocab: int = 12, dim: int = 6) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.emb = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
-        self.head = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
-
-    def forward(self, input_ids, position_ids, targets, temps, entropy=False, bounds=None):
-        return chunked_logprobs(self.emb[input_ids], self.head, targets, temps, chunk_size=4, entropy=entropy)
 
 
 def _samples():
@@ -57,12 +41,12 @@ class _SlowKeeper:
         self.seen.append((step, threading.current_thread().name, [r["trace_id"] for r in records]))
 
 
-def _step_into(collector, policy, step: int) -> None:
-    a, b = _samples()
+def _step_into(collector, step: int) -> None:
+    """``collector`` holds one micro-batch of step ``step`` (its forward results made up)."""
     collector.begin(step)
-    mb = to_micro_batch(micro_batch([a, b]), CPU)
-    loss = TrainerConfig.model_validate(BASE | {"loss": {"type": "ipo"}}).loss.build()
-    run_micro_batches(policy, loss, [mb], world=1, export=notes.Fanout(None, collector))
+    mb = to_micro_batch(micro_batch(_samples()), CPU)
+    n = mb.input_ids.shape[0]
+    collector.add(0, mb, torch.full((n,), -1.0), torch.ones(n))
 
 
 def test_one_rank_writes_each_steps_records_off_the_step_in_order(monkeypatch):
@@ -70,9 +54,9 @@ def test_one_rank_writes_each_steps_records_off_the_step_in_order(monkeypatch):
     step, and ``wait`` (a checkpoint, close) returns once the last is written."""
     keeper = _SlowKeeper()
     monkeypatch.setattr(notes, "keeps_annotations", lambda m: m is keeper)
-    writer, collector, policy = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo"), TinyPolicy()
+    writer, collector = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo")
     for step in (1, 2, 3):
-        _step_into(collector, policy, step)
+        _step_into(collector, step)
         writer.write(collector)
         if step == 1:
             assert keeper.seen == []  # handed over: the monitor (50 ms) has not finished it yet
@@ -86,9 +70,9 @@ def test_one_rank_writes_each_steps_records_off_the_step_in_order(monkeypatch):
 def test_a_failed_background_write_fails_the_next_step(monkeypatch):
     keeper = _SlowKeeper(fail_at=1)
     monkeypatch.setattr(notes, "keeps_annotations", lambda m: m is keeper)
-    writer, collector, policy = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo"), TinyPolicy()
-    _step_into(collector, policy, 1)
+    writer, collector = notes.NoteWriter([keeper]), notes.AnnotationCollector(0, 1, "ipo")
+    _step_into(collector, 1)
     writer.write(collector)
-    _step_into(collector, policy, 2)
+    _step_into(collector, 2)
     with pytest.raises(OSError, match="disk full"):
         writer.write(collector)
