@@ -96,12 +96,15 @@ id = "coloured-shapes"
 """
 
 
-def test_what_the_vision_loop_cannot_do_yet_is_one_line(tmp_path, vl_model, colour_data):
-    (tmp_path / "extra.toml").write_text(EVAL)
+@pytest.mark.parametrize(
+    ("extra", "what"), [(EVAL, "online eval ([eval])"), ("[model.lora]\nrank = 4\n", "LoRA ([model.lora])")]
+)
+def test_what_the_vision_loop_cannot_do_yet_is_one_line(tmp_path, vl_model, colour_data, extra, what):
+    (tmp_path / "extra.toml").write_text(extra)
     res = _sft(tmp_path, vl_model, colour_data, "--dry-run", toml=tmp_path / "extra.toml")
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output
-    assert "model.vlm: online eval ([eval]) of a vision-language run is not supported yet" in res.output
+    assert f"model.vlm: {what} of a vision-language run is not supported yet" in res.output
 
 
 def test_a_resumed_run_continues_exactly(tmp_path, vl_model, colour_data):

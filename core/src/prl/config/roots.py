@@ -335,8 +335,9 @@ class SFTConfig(CommonRunFields):
     @model_validator(mode="after")
     def _eval_checks(self) -> SFTConfig:
         check_sft_eval(self.inference, self.eval, self.model.name)
-        if self.model.vlm is not None and self.eval is not None:
-            raise ValueError("model.vlm: online eval ([eval]) of a vision-language run is not supported yet")
+        if self.model.vlm is not None and (self.eval is not None or self.model.lora is not None):
+            what = "online eval ([eval])" if self.eval is not None else "LoRA ([model.lora])"
+            raise ValueError(f"model.vlm: {what} of a vision-language run is not supported yet")
         if self.model.lora is not None and self.eval is not None:
             raise ValueError(
                 "model.lora: online eval ([eval]) of a LoRA run is not supported yet; "

@@ -37,7 +37,6 @@ from prl_trainer_torch.data import PackedRow, load_dataset_rows, pack
 from prl_trainer_torch.device_rows import DeviceRow
 from prl_trainer_torch.entry import rank_main, run_here
 from prl_trainer_torch.loader import SampleSource, SFTLoader
-from prl_trainer_torch.lora import Adapter
 from prl_trainer_torch.metrics import Progress, peak_flops
 from prl_trainer_torch.model import (
     GarbageCollector,
@@ -50,7 +49,7 @@ from prl_trainer_torch.model import (
 from prl_trainer_torch.optim import build_optimizer, build_scheduler
 from prl_trainer_torch.sft import SFT_WEIGHT_DECAY, SFTRun
 from prl_trainer_torch.vision_inputs import vision_tower
-from prl_trainer_torch.vision_policy import VisionPolicy, load_vision_model, lora_root
+from prl_trainer_torch.vision_policy import VisionPolicy, load_vision_model
 from prl_trainer_torch.vision_rows import VisionRowRenderer, VisionSample
 
 if TYPE_CHECKING:  # annotations only
@@ -157,9 +156,7 @@ class VisionSFTRun(SFTRun):
         attn = "sdpa" if mcfg.attn_implementation == "auto" else mcfg.attn_implementation
         hf = load_vision_model(mcfg.name, resolve_dtype(mcfg.dtype, self.dist.device), mcfg.vlm, attn)
         text = hf.config.get_text_config()
-        # [model.lora]: an adapter on the language model alone trains (vision_policy.lora_root)
-        self.hf = hf
-        self.adapter = Adapter(lora_root(hf), mcfg.lora, mcfg.name) if mcfg.lora is not None else None
+        self.hf, self.adapter = hf, None
         self.n_params = count_params(hf)[1]
         self.shape = (text.num_hidden_layers, text.hidden_size)
         self.policy = parallelize_vision(hf, self.dist, mcfg)
