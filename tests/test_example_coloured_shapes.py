@@ -168,8 +168,9 @@ def test_lora_rl_with_images_trains_an_adapter_on_the_language_model(sft20, tmp_
     rows = _rl(sft20, tmp_path / "runs", 3, tmp_path / "rl.log", "--trainer.optim.lr", "5e-3", toml=toml)
     mismatch = [r["mismatch_kl/all/mean"] for r in rows if "mismatch_kl/all/mean" in r]
     assert len(mismatch) == 3 and mismatch[0] < 1e-4 and max(mismatch) < 0.3, mismatch
-    (served,) = (tmp_path / "runs" / "coloured-shapes-rl" / "logs").glob("*/inference.log")
-    loaded = re.findall(r"serving LoRA adapter 'prl-lora' from \S+/step_(\d+)", served.read_text())
+    logs = (tmp_path / "runs" / "coloured-shapes-rl" / "logs").glob("**/inference.log")
+    served = "".join(log.read_text() for log in logs)
+    loaded = re.findall(r"serving LoRA adapter 'prl-lora' from \S+/step_(\d+)", served)
     assert {"1", "2"} <= set(loaded), loaded  # the engine swapped in each trained adapter
     step = tmp_path / "runs" / "coloured-shapes-rl" / "checkpoints" / "step_3"
     out = tmp_path / "merged"

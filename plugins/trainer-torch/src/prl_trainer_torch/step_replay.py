@@ -38,6 +38,7 @@ from prl.config.components import TrainerConfig
 from prl.config.errors import ConfigError
 from prl.config.resolve import resolve
 from prl.config.sections import ResumeConfig
+from prl_trainer_torch import annotations as notes
 from prl_trainer_torch import checkpoint as ckpt
 from prl_trainer_torch.rl import RLRun
 from prl_trainer_torch.token_export import STEP_RECORD, batch_path, read_batch
@@ -196,6 +197,7 @@ class ReplayRun(RLRun):
         self.run_dir, self.ckpt_root = run_dir, ckpt.ckpt_root(config, run_dir)
         self.loss_fn = config.loss.build()
         self.monitors, self.exporter, self.annotator = [], None, None
+        self.notes = notes.NoteWriter(self.monitors)
         if start is not None:
             fresh = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
             lora = self.adapter is not None
