@@ -207,10 +207,10 @@ class RLRun:
         return reduce_stats(stats, self.dist.world), grad_norm, lr
 
     def save(self, final: bool) -> None:
-        self.notes.wait()  # a checkpointed step's annotations are on disk with it
         step = self.progress["step"]
         if not layout.save_due(self.config.ckpt, step, final):
             return
+        self.notes.wait()  # a checkpointed step's annotations are on disk with it
         t0 = time.perf_counter()
         meta = {"model": self.config.model.name, "tokenizer": self.config.tokenizer.name or self.config.model.name}
         ckpt.save(
