@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from prl.config.errors import ConfigError
 from prl_trainer_torch.checkpoint import ADAPTER_CONFIG, single_process_quiet
-from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, has_vision_tower, model_source
+from prl_trainer_torch.export_files import check_checkpoint, copy_tokenizer, is_image_text, model_source
 from prl_trainer_torch.lora import apply_lora, is_adapter_key
 from prl_trainer_torch.lora import merge_lora as merge_lora_into
 from prl_trainer_torch.vision_policy import lora_root
@@ -56,13 +56,13 @@ def export_checkpoint(
     if num_workers > 1:
         if lora is not None:
             raise ConfigError("export: --merge-lora runs in one process; leave out --num-workers", "Usage error")
-        if has_vision_tower(step_dir):
+        if is_image_text(step_dir):
             raise ConfigError(
                 "export: a vision-language checkpoint exports in one process; leave out --num-workers", "Usage error"
             )
         return _export_under_torchrun(step_dir, out, dtype, num_workers)
     model_name, tokenizer = model_source(step_dir)
-    vision = has_vision_tower(step_dir)
+    vision = is_image_text(step_dir)
     if vision:
         if dtype == "fp8":
             raise ConfigError(

@@ -49,7 +49,7 @@ def check_checkpoint(step_dir: Path) -> None:
         raise FileNotFoundError(f"export: {step_dir} has no complete trainer checkpoint (trainer/.metadata)")
 
 
-def has_vision_tower(step_dir: Path) -> bool:
+def is_image_text(step_dir: Path) -> bool:
     """Whether the checkpoint is of an image-text model: it holds a vision tower (a
     ``[model.vlm]`` run trains the whole model; a text run of the same model holds its
     language model only), or it is a LoRA adapter on such a model's language model."""
